@@ -1,0 +1,35 @@
+"""Argument checks shared by the helpers: each error names the argument, the value
+it got and what was expected."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_tensor(name: str, value: Any) -> torch.Tensor:
+    """Return ``value`` if it is a strided tensor; raise a TypeError/ValueError otherwise."""
+    if not isinstance(value, torch.Tensor):
+        msg = f"{name} must be a torch.Tensor, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+    if value.layout != torch.strided:
+        msg = f"{name} must be a strided (dense) tensor, got layout {value.layout}"
+        raise ValueError(msg)
+    return value
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
+    """Return ``value`` if it is an int (not a bool) at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"{name} must be an int, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+    if minimum is not None and value < minimum:
+        msg = f"{name} must be >= {minimum}, got {value}"
+        raise ValueError(msg)
+    return value

@@ -1,0 +1,79 @@
+"""Checks that notebook cells use to assert what the prose claims.
+
+Used by every chapter: :func:`raises` shows an error's message to the reader and fails
+the cell when the error does not come, so a chapter never stores a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+__all__ = ["Raised", "raises"]
+
+
+@dataclass
+class Raised:
+    """What :func:`raises` caught: the exception, once the block has ended."""
+
+    exception: BaseException | None = field(default=None)
+
+    @property
+    def message(self) -> str:
+        """The exception's message (empty before the block ends)."""
+        return str(self.exception) if self.exception is not None else ""
+
+
+@contextmanager
+def raises(
+    expected: type[BaseException] | tuple[type[BaseException], ...],
+    *,
+    match: str,
+    show: bool = True,
+) -> Iterator[Raised]:
+    """Assert that the block raises ``expected`` with a message matching ``match``.
+
+    The first line of the message is printed (``TypeError: ...``) so the reader sees
+    what torch says, while the cell itself succeeds.
+
+    Args:
+        expected: the exception type, or a tuple of them.
+        match: a regular expression searched for in ``str(exception)``.
+        show: print the exception's type and first line.
+
+    Yields:
+        A :class:`Raised` that holds the exception once the block has ended.
+
+    Raises:
+        AssertionError: nothing was raised, or the message does not match ``match``.
+        BaseException: an exception of another type passes through unchanged.
+
+    Example:
+        >>> with raises(ZeroDivisionError, match="division by zero"):
+        ...     1 / 0
+        ZeroDivisionError: division by zero
+    """
+    if not isinstance(match, str):
+        msg = f"match must be a str (a regular expression), got {type(match).__name__}"
+        raise TypeError(msg)
+    caught = Raised()
+    try:
+        yield caught
+    except expected as error:
+        caught.exception = error
+    names = (
+        expected.__name__
+        if isinstance(expected, type)
+        else " or ".join(e.__name__ for e in expected)
+    )
+    if caught.exception is None:
+        msg = f"expected {names} matching {match!r}, but nothing was raised"
+        raise AssertionError(msg)
+    if re.search(match, caught.message) is None:
+        msg = f"{names} was raised, but its message {caught.message!r} does not match {match!r}"
+        raise AssertionError(msg) from caught.exception
+    if show:
+        first = caught.message.strip().splitlines()[0] if caught.message.strip() else ""
+        print(f"{type(caught.exception).__name__}: {first}")

@@ -1,0 +1,30 @@
+"""Shared pytest configuration.
+
+Also loaded as a plugin (``-p tests.conftest``) by the nbval runs of `nox -s notebooks`
+and `nox -s gpu`, where it skips the cells tagged ``gpu`` when CUDA is unavailable.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+GPU_TAG = "gpu"
+
+
+@functools.cache
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (asked once, lazily)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        cell = getattr(item, "cell", None)  # nbval's notebook-cell items carry their cell
+        if cell is None:
+            continue
+        if GPU_TAG in cell.get("metadata", {}).get("tags", []) and not cuda_available():
+            item.add_marker(pytest.mark.skip(reason="cell tagged 'gpu': CUDA is not available"))

@@ -1,0 +1,102 @@
+"""Re-execute chapter notebooks in place and record how they ran (used by `nox -s execute`).
+
+Cells run in order in a fresh kernel, as nbval runs them. Cells tagged `gpu` run only
+where CUDA is available; elsewhere their stored outputs are kept untouched. A notebook is
+written (atomically) only when every cell ran; a failing cell aborts with its traceback.
+
+Each notebook's metadata gets a `pytorch_memo` record: when it ran, how long it took,
+the torch version, the device, and when its `gpu` cells last ran and where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import torch
+from nbclient import NotebookClient
+
+GPU_TAG = "gpu"
+
+
+def device_name() -> str:
+    """``cpu``, or the name of CUDA device 0."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def execute(path: Path, *, timeout: int = 600) -> dict[str, Any]:
+    """Execute ``path`` in place; return the record stored in its metadata."""
+    nb = nbformat.read(path, as_version=4)
+    has_cuda = torch.cuda.is_available()
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    gpu_cells = 0
+    start = time.perf_counter()
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            if GPU_TAG in cell.metadata.get("tags", []):
+                gpu_cells += 1
+                if not has_cuda:
+                    cell.execution_count = None  # keep the outputs of the last GPU run
+                    continue
+            client.execute_cell(cell, index)
+    seconds = time.perf_counter() - start
+
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    old = nb.metadata.get("pytorch_memo", {})
+    record: dict[str, Any] = {
+        "executed": now,
+        "seconds": round(seconds, 1),
+        "torch": torch.__version__,
+        "device": device_name(),
+        "gpu_cells": gpu_cells,
+        "gpu_run": old.get("gpu_run"),
+    }
+    if has_cuda and gpu_cells:
+        record["gpu_run"] = {"executed": now, "torch": torch.__version__, "device": device_name()}
+    nb.metadata["pytorch_memo"] = record
+    write_atomic(path, nbformat.writes(nb) + "\n")
+    return record
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    args = parser.parse_args(argv)
+    for path in args.notebooks:
+        record = execute(path, timeout=args.timeout)
+        print(f"{path}: {record['seconds']:.1f} s on {record['device']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
