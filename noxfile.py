@@ -65,7 +65,6 @@ def _env(session: nox.Session) -> None:
     session.env["VIRTUAL_ENV"] = str(bindir.parent)
     session.env["JUPYTER_PLATFORM_DIRS"] = "1"
     session.env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-    session.env["MPLBACKEND"] = "Agg"
 
 
 def _paths_or_all(posargs: list[str]) -> list[str]:

@@ -26,6 +26,12 @@ class Raised:
         return str(self.exception) if self.exception is not None else ""
 
 
+def _check_pattern(match: object) -> None:
+    if not isinstance(match, str):
+        msg = f"match must be a str (a regular expression), got {type(match).__name__}"
+        raise TypeError(msg)
+
+
 @contextmanager
 def raises(
     expected: type[BaseException] | tuple[type[BaseException], ...],
@@ -55,9 +61,7 @@ def raises(
         ...     1 / 0
         ZeroDivisionError: division by zero
     """
-    if not isinstance(match, str):
-        msg = f"match must be a str (a regular expression), got {type(match).__name__}"
-        raise TypeError(msg)
+    _check_pattern(match)
     caught = Raised()
     try:
         yield caught

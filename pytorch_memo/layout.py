@@ -5,9 +5,9 @@ Used by the chapters *Creating tensors* and *Views, strides and storage*.
 
 from __future__ import annotations
 
-import torch
-
 from typing import TYPE_CHECKING
+
+import torch
 
 from pytorch_memo._checks import check_int, check_tensor
 
@@ -56,7 +56,8 @@ def _byte_starts(tensor: torch.Tensor, base: int) -> torch.Tensor:
     item = tensor.element_size()
     first = tensor.data_ptr() - tensor.storage_offset() * item - base
     starts = element_offsets(tensor).flatten() * item + first
-    return torch.unique(starts)  # sorted
+    unique: torch.Tensor = torch.unique(starts)  # sorted
+    return unique
 
 
 def _byte_extent(tensor: torch.Tensor) -> tuple[int, int]:
@@ -177,7 +178,8 @@ def plot_storage(
         n_groups = max(tensor.shape[color_dim], 1)
     if ax is None:
         _, ax = plt.subplots(figsize=(min(0.45 * max(cells, 4) + 0.6, 14), 0.9))
-    palette = plt.get_cmap("tab10" if n_groups <= 10 else "viridis", n_groups)
+    light = plt.get_cmap("Pastel1")  # light colours keep the black labels readable
+    palette = light if n_groups <= light.N else plt.get_cmap("viridis", n_groups)
     for cell in range(cells):
         ax.add_patch(Rectangle((cell, 0), 1, 1, facecolor="white", edgecolor="0.6"))
     for position, (offset, group) in enumerate(zip(offsets, groups, strict=True)):

@@ -149,7 +149,7 @@ def describe(*tensors: torch.Tensor, **named: torch.Tensor) -> TensorTable:
             dtype=tensor.dtype,
             device=tensor.device,
             stride=tuple(tensor.stride()),
-            storage_offset=tensor.storage_offset(),
+            storage_offset=int(tensor.storage_offset()),
             is_contiguous=tensor.is_contiguous(),
             requires_grad=tensor.requires_grad,
             shares_memory_with=tuple(

@@ -17,17 +17,23 @@ def test_catches_and_shows_the_first_line(capsys: pytest.CaptureFixture[str]) ->
 
 def test_tuple_of_types_and_quiet(capsys: pytest.CaptureFixture[str]) -> None:
     with raises((KeyError, IndexError), match="out of range", show=False):
-        [][3]  # noqa: B018
+        [][3]
     assert capsys.readouterr().out == ""
 
 
 def test_fails_when_nothing_is_raised() -> None:
-    with pytest.raises(AssertionError, match="expected RuntimeError matching 'x', but nothing"), raises(RuntimeError, match="x"):
+    with (
+        pytest.raises(AssertionError, match="expected RuntimeError matching 'x', but nothing"),
+        raises(RuntimeError, match="x"),
+    ):
         pass
 
 
 def test_fails_when_the_message_differs() -> None:
-    with pytest.raises(AssertionError, match="its message 'other' does not match 'wanted'"), raises(ValueError, match="wanted"):
+    with (
+        pytest.raises(AssertionError, match="its message 'other' does not match 'wanted'"),
+        raises(ValueError, match="wanted"),
+    ):
         raise ValueError("other")
 
 

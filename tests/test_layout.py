@@ -33,7 +33,9 @@ def test_element_offsets_of_chained_views(pair: tuple[torch.Tensor, torch.Tensor
 
 
 @given(strided_views(STORAGE), strided_views(STORAGE), st.sampled_from(NUMPY_DTYPES))
-def test_shares_memory_agrees_with_numpy(a: StridedView, b: StridedView, dtype: torch.dtype) -> None:
+def test_shares_memory_agrees_with_numpy(
+    a: StridedView, b: StridedView, dtype: torch.dtype
+) -> None:
     storage = torch.zeros(STORAGE, dtype=dtype)
     ta = storage.as_strided(a.size, a.stride, a.offset)
     tb = storage.as_strided(b.size, b.stride, b.offset)
@@ -87,13 +89,15 @@ def test_no_sharing_across_devices_or_when_empty() -> None:
         ((torch.zeros(1), torch.zeros(2, 2).to_sparse()), ValueError, "b must be a strided"),
     ],
 )
-def test_shares_memory_rejects_bad_input(args: tuple[object, object], error: type, match: str) -> None:
+def test_shares_memory_rejects_bad_input(
+    args: tuple[object, object], error: type, match: str
+) -> None:
     with pytest.raises(error, match=match):
         shares_memory(*args)  # type: ignore[arg-type]
 
 
 def test_element_offsets_rejects_bad_input() -> None:
-    with pytest.raises(TypeError, match="tensor must be a torch.Tensor, got ndarray"):
+    with pytest.raises(TypeError, match=r"tensor must be a torch\.Tensor, got ndarray"):
         element_offsets(np.zeros(3))  # type: ignore[arg-type]
 
 
@@ -138,9 +142,17 @@ def test_plot_storage_colors_by_dim() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"tensor": torch.zeros(300)}, ValueError, "storage has 300 elements; .* at most 256"),
-        ({"tensor": torch.zeros(2, 2), "color_dim": 2}, ValueError, r"color_dim must be in \[-2, 2\), got 2"),
-        ({"tensor": torch.zeros(2), "color_dim": 0.5}, TypeError, "color_dim must be an int, got float"),
+        ({"tensor": torch.zeros(300)}, ValueError, r"storage has 300 elements; .* at most 256"),
+        (
+            {"tensor": torch.zeros(2, 2), "color_dim": 2},
+            ValueError,
+            r"color_dim must be in \[-2, 2\), got 2",
+        ),
+        (
+            {"tensor": torch.zeros(2), "color_dim": 0.5},
+            TypeError,
+            "color_dim must be an int, got float",
+        ),
         ({"tensor": "x"}, TypeError, "tensor must be a torch.Tensor, got str"),
     ],
 )

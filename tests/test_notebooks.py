@@ -43,7 +43,7 @@ def test_no_stored_errors_unless_tagged(path: Path) -> None:
 def test_no_machine_paths_in_outputs(path: Path) -> None:
     for i, cell in enumerate(bookfiles.code_cells(bookfiles.load(path))):
         for output in cell.get("outputs", []):
-            texts = [output.get("text", "")] + list(output.get("data", {}).values())
+            texts = [output.get("text", ""), *output.get("data", {}).values()]
             for text in texts:
                 text = "".join(text) if isinstance(text, list) else str(text)
                 match = MACHINE_PATH.search(text)
@@ -73,7 +73,7 @@ def test_toc_and_book_folder_agree() -> None:
     listed = bookfiles.toc_files()
     assert len(listed) == len(set(listed)), "a file is listed twice in _toc.yml"
     for entry in listed:
-        found = [p for p in (bookfiles.ROOT / Path(entry).parent).glob(Path(entry).name + ".*")]
+        found = list((bookfiles.ROOT / Path(entry).parent).glob(Path(entry).name + ".*"))
         assert found, f"_toc.yml lists {entry}, which does not exist"
     pages = {f"book/{p.stem}" for p in (*CHAPTERS, *bookfiles.BOOK.glob("*.md"))}
     missing = pages - set(listed)

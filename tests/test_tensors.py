@@ -58,7 +58,19 @@ def test_text_and_html_rendering() -> None:
     assert text == repr(table)
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["name", "shape", "dtype"]
-    assert lines[1].split() == ["x", "(2,", "3)", "float32", "cpu", "(3,", "1)", "0", "True", "True", "row"]
+    assert lines[1].split() == [
+        "x",
+        "(2,",
+        "3)",
+        "float32",
+        "cpu",
+        "(3,",
+        "1)",
+        "0",
+        "True",
+        "True",
+        "row",
+    ]
     assert lines[2].split() == ["row", "(3,)", "float32", "cpu", "(1,)", "3", "True", "True", "x"]
     html = table._repr_html_()
     assert html.startswith('<table class="memo-describe">')
@@ -87,7 +99,9 @@ def test_unknown_name() -> None:
         ((), {"s": torch.eye(2).to_sparse()}, ValueError, "s must be a strided"),
     ],
 )
-def test_bad_input(args: tuple[object, ...], kwargs: dict[str, object], error: type, match: str) -> None:
+def test_bad_input(
+    args: tuple[object, ...], kwargs: dict[str, object], error: type, match: str
+) -> None:
     with pytest.raises(error, match=match):
         describe(*args, **kwargs)  # type: ignore[arg-type]
 
