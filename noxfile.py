@@ -9,6 +9,7 @@ machine with its own torch and no package index).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -51,14 +52,17 @@ def _env(session: nox.Session) -> None:
         for part in (PINS.read_bytes(), (ROOT / "pyproject.toml").read_bytes(), *GROUPS):
             digest.update(part if isinstance(part, bytes) else part.encode())
         want = digest.hexdigest()
-        if not stamp.exists() or stamp.read_text() != want:
-            if not (bindir / "python").exists():
-                session.run(sys.executable, "-m", "venv", str(ENV))
-            py = str(bindir / "python")
-            session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1")
-            groups = [f"--group={g}" for g in GROUPS]
-            session.run(py, "-m", "pip", "install", "-q", "-r", str(PINS), "-e", ".", *groups)
-            stamp.write_text(want)
+        ENV.parent.mkdir(parents=True, exist_ok=True)
+        with (ENV.parent / "memo.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one install at a time, even across sessions
+            if not stamp.exists() or stamp.read_text() != want:
+                if not (bindir / "python").exists():
+                    session.run(sys.executable, "-m", "venv", str(ENV))
+                py = str(bindir / "python")
+                session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1")
+                groups = [f"--group={g}" for g in GROUPS]
+                session.run(py, "-m", "pip", "install", "-q", "-r", str(PINS), "-e", ".", *groups)
+                stamp.write_text(want)
     # nox looks programs up on this process's PATH when a session has no virtualenv.
     os.environ["PATH"] = os.pathsep.join([str(bindir), os.environ.get("PATH", "")])
     session.env["PATH"] = os.environ["PATH"]
@@ -98,7 +102,8 @@ def notebooks(session: nox.Session) -> None:
     """Strict nbval over every chapter (or the ones named); `gpu` cells need CUDA."""
     _env(session)
     paths = _paths_or_all(session.posargs)
-    workers = ["-n", "auto", "--dist", "loadfile"] if len(chapters()) > 1 else []
+    many = sum(p.endswith(".ipynb") for p in paths) > 1
+    workers = ["-n", "auto", "--dist", "loadfile"] if many else []
     session.run("python", "-m", "pytest", "--nbval", *NBVAL, *workers, *paths)
 
 
