@@ -1,0 +1,412 @@
+"""Indexing that moves elements around: ``gather`` explained, convolution as a matmul.
+
+Used by the chapter *Indexing, reductions and einsum*: :func:`explain_gather` lists
+which element of the input each output element of ``torch.gather`` comes from,
+:func:`plot_gather` draws it, and :func:`conv2d_as_matmul` computes ``F.conv2d`` as
+``unfold`` + matrix multiply + ``view``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from pytorch_memo._checks import check_int, check_tensor
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = [
+    "GatherExplanation",
+    "GatherStep",
+    "conv2d_as_matmul",
+    "explain_gather",
+    "plot_gather",
+]
+
+MAX_ROWS_SHOWN = 48
+MAX_PLOTTED_SIDE = 12
+_INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def _fmt(position: tuple[int, ...]) -> str:
+    return ", ".join(map(str, position))
+
+
+@dataclass(frozen=True)
+class GatherStep:
+    """Where one output element of ``torch.gather`` comes from.
+
+    ``output`` is its position in the output (and in ``index``); ``source`` is the
+    position in ``input`` it is copied from: ``output`` with coordinate ``dim`` replaced
+    by ``index[output]``.
+    """
+
+    output: tuple[int, ...]
+    source: tuple[int, ...]
+    value: bool | int | float | complex
+
+    def formula(self, dim: int) -> str:
+        """The per-dimension formula with ``index[...]`` written at coordinate ``dim``."""
+        coords = [str(c) for c in self.output]
+        coords[dim] = f"index[{_fmt(self.output)}]"
+        return f"input[{', '.join(coords)}]"
+
+    def cells(self, dim: int) -> tuple[str, str, str, str]:
+        """The row as display strings: output, formula, source, value."""
+        return (
+            f"out[{_fmt(self.output)}]",
+            self.formula(dim),
+            f"input[{_fmt(self.source)}]",
+            str(self.value),
+        )
+
+
+_HEADERS = ("output", "formula", "source", "value")
+
+
+@dataclass(frozen=True)
+class GatherExplanation:
+    """Every output element of a ``torch.gather`` call and its source, in output order.
+
+    Prints as a text table (an HTML table in Jupyter) of at most 48 rows.
+    """
+
+    dim: int
+    input_shape: tuple[int, ...]
+    index_shape: tuple[int, ...]
+    steps: tuple[GatherStep, ...]
+
+    def __iter__(self) -> Iterator[GatherStep]:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def sources(self) -> torch.Tensor:
+        """The source positions as an ``int64`` tensor of shape ``index_shape + (ndim,)``."""
+        flat = torch.tensor([s.source for s in self.steps], dtype=torch.int64)
+        return flat.reshape(*self.index_shape, len(self.input_shape))
+
+    def _rows(self) -> tuple[list[tuple[str, ...]], int]:
+        shown: list[tuple[str, ...]] = [s.cells(self.dim) for s in self.steps[:MAX_ROWS_SHOWN]]
+        return shown, len(self.steps) - len(shown)
+
+    def __str__(self) -> str:
+        rows, hidden = self._rows()
+        table = [_HEADERS, *rows]
+        widths = [max(len(r[i]) for r in table) for i in range(len(_HEADERS))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table]
+        if hidden:
+            lines.append(f"... {hidden} more rows")
+        return "\n".join(line.rstrip() for line in lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        rows, hidden = self._rows()
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in _HEADERS)
+        body = "".join(
+            "<tr>" + "".join(f"<td><code>{html.escape(c)}</code></td>" for c in row) + "</tr>"
+            for row in rows
+        )
+        more = f"<p>... {hidden} more rows</p>" if hidden else ""
+        return (
+            f'<table class="memo-gather"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>{more}"
+        )
+
+
+def _check_gather_args(input: torch.Tensor, dim: int, index: torch.Tensor) -> int:
+    """Check ``gather``'s arguments the way torch does; return ``dim`` made non-negative."""
+    check_tensor("input", input)
+    check_tensor("index", index)
+    check_int("dim", dim)
+    if input.dim() == 0:
+        msg = "input must have at least one dimension, got a 0-d tensor"
+        raise ValueError(msg)
+    if not -input.dim() <= dim < input.dim():
+        msg = (
+            f"dim must be in [{-input.dim()}, {input.dim()}) for a {input.dim()}-d input, got {dim}"
+        )
+        raise ValueError(msg)
+    dim %= input.dim()
+    if index.dtype not in _INDEX_DTYPES:
+        msg = f"index must have dtype torch.int64 (or torch.int32), got {index.dtype}"
+        raise TypeError(msg)
+    if index.dim() != input.dim():
+        msg = (
+            f"index must have as many dimensions as input ({input.dim()}), "
+            f"got {index.dim()} (shape {tuple(index.shape)})"
+        )
+        raise ValueError(msg)
+    if index.numel() == 0:
+        return dim
+    for d, (n_index, n_input) in enumerate(zip(index.shape, input.shape, strict=True)):
+        if d != dim and n_index > n_input:
+            msg = (
+                f"index.shape[{d}] must be <= input.shape[{d}] = {n_input} "
+                f"(every dimension but dim={dim}), got {n_index}"
+            )
+            raise ValueError(msg)
+    low, high = int(index.min()), int(index.max())
+    if low < 0 or high >= input.shape[dim]:
+        bad = low if low < 0 else high
+        msg = f"index values must be in [0, {input.shape[dim]}) (input.shape[{dim}]), got {bad}"
+        raise ValueError(msg)
+    return dim
+
+
+def explain_gather(input: torch.Tensor, dim: int, index: torch.Tensor) -> GatherExplanation:
+    """List, for every output element of ``torch.gather(input, dim, index)``, its source.
+
+    ``gather`` copies ``out[p] = input[q]`` where ``q`` is the position ``p`` with its
+    coordinate ``dim`` replaced by ``index[p]``; for a 3-d input and ``dim=1``:
+    ``out[i][j][k] = input[i][index[i][j][k]][k]``. The output has ``index``'s shape.
+
+    Args:
+        input: the tensor gathered from (at least one dimension).
+        dim: the dimension along which ``index`` picks.
+        index: an ``int64`` (or ``int32``) tensor with as many dimensions as ``input``,
+            no larger than ``input`` in every dimension but ``dim``.
+
+    Returns:
+        A :class:`GatherExplanation`: one :class:`GatherStep` per output element, in
+        ``index.flatten()`` order; it prints as a table.
+
+    Raises:
+        TypeError: ``input`` or ``index`` is not a tensor, ``dim`` not an int, or
+            ``index`` not an integer tensor.
+        ValueError: ``dim`` out of range, shapes that ``gather`` rejects, or an index
+            value outside ``[0, input.shape[dim])``.
+
+    Example:
+        >>> import torch
+        >>> x = torch.tensor([[1, 2], [3, 4]])
+        >>> print(explain_gather(x, 1, torch.tensor([[1], [0]])))
+        output     formula                source       value
+        out[0, 0]  input[0, index[0, 0]]  input[0, 1]  2
+        out[1, 0]  input[1, index[1, 0]]  input[1, 0]  3
+    """
+    dim = _check_gather_args(input, dim, index)
+    index_cpu = index.detach().to("cpu", torch.int64)
+    values = input.detach().cpu()
+    grids = torch.meshgrid(*(torch.arange(n) for n in index.shape), indexing="ij")
+    coords = [g.flatten() for g in grids]
+    coords[dim] = index_cpu.flatten()
+    outputs = torch.stack([g.flatten() for g in grids], dim=-1).tolist()
+    sources = torch.stack(coords, dim=-1).tolist()
+    steps = tuple(
+        GatherStep(output=tuple(p), source=tuple(q), value=values[tuple(q)].item())
+        for p, q in zip(outputs, sources, strict=True)
+    )
+    return GatherExplanation(
+        dim=dim, input_shape=tuple(input.shape), index_shape=tuple(index.shape), steps=steps
+    )
+
+
+def _as_grid(shape: tuple[int, ...]) -> tuple[int, int]:
+    return (1, shape[0]) if len(shape) == 1 else (shape[0], shape[1])
+
+
+def _draw_grid(
+    ax: Axes, values: torch.Tensor, left: float, title: str, colors: dict[tuple[int, int], str]
+) -> None:
+    from matplotlib.patches import Rectangle
+
+    rows, cols = _as_grid(tuple(values.shape))
+    grid = values.reshape(rows, cols)
+    for r in range(rows):
+        for c in range(cols):
+            face = colors.get((r, c), "white")
+            ax.add_patch(Rectangle((left + c, r), 1, 1, facecolor=face, edgecolor="0.4"))
+            ax.text(left + c + 0.5, r + 0.5, f"{grid[r, c].item():g}", ha="center", va="center")
+    ax.text(left + cols / 2, -0.3, title, ha="center", va="bottom", fontsize=10)
+
+
+def plot_gather(
+    input: torch.Tensor, dim: int, index: torch.Tensor, *, ax: Axes | None = None
+) -> Axes:
+    """Draw ``torch.gather(input, dim, index)``: input and output grids joined by arrows.
+
+    Each arrow runs from the input cell an output element is copied from to that output
+    cell. Arrows and source cells are coloured by the output element's coordinate that
+    ``gather`` keeps (the column for ``dim=0``, the row for ``dim=1``).
+
+    Args:
+        input: a 1-d or 2-d tensor of at most 12 elements per side.
+        dim: the dimension along which ``index`` picks.
+        index: an integer tensor as for :func:`explain_gather`.
+        ax: the matplotlib axes to draw on; a new figure by default.
+
+    Returns:
+        The axes drawn on. Each arrow is an annotation with ``gid="gather-arrow"``,
+        from its source cell's centre (``xyann``) to its output cell's centre (``xy``).
+
+    Raises:
+        TypeError: as :func:`explain_gather`.
+        ValueError: as :func:`explain_gather`, or ``input`` is not 1-d or 2-d or has
+            more than 12 elements in a dimension.
+
+    Example:
+        >>> import torch
+        >>> x = torch.arange(6).reshape(2, 3)
+        >>> ax = plot_gather(x, 0, torch.tensor([[1, 0, 1]]))
+        >>> len([t for t in ax.texts if t.get_gid() == "gather-arrow"])
+        3
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    explanation = explain_gather(input, dim, index)
+    if (
+        input.dim() > 2
+        or max(input.shape) > MAX_PLOTTED_SIDE
+        or max(index.shape, default=0) > MAX_PLOTTED_SIDE
+    ):
+        msg = (
+            f"input and index must be 1-d or 2-d with at most {MAX_PLOTTED_SIDE} elements "
+            f"per dimension, got shapes {tuple(input.shape)} and {tuple(index.shape)}"
+        )
+        raise ValueError(msg)
+    in_rows, in_cols = _as_grid(tuple(input.shape))
+    out_rows, out_cols = _as_grid(tuple(index.shape))
+    gap = 2.5
+    out_left = in_cols + gap
+    if ax is None:
+        width = min(0.6 * (in_cols + out_cols + gap) + 0.6, 12)
+        _, ax = plt.subplots(figsize=(width, 0.6 * max(in_rows, out_rows) + 0.8))
+    palette = plt.get_cmap("tab10")
+    kept = 1 - explanation.dim if input.dim() == 2 else None
+
+    def cell(position: tuple[int, ...]) -> tuple[int, int]:
+        return (0, position[0]) if len(position) == 1 else (position[0], position[1])
+
+    def color(step: GatherStep) -> str:
+        group = 0 if kept is None else step.output[kept]
+        return to_hex(palette(group % palette.N))
+
+    source_colors = {cell(s.source): color(s) for s in explanation}
+    light = {k: v + "55" for k, v in source_colors.items()}
+    gathered = torch.gather(input.detach().cpu(), explanation.dim, index.detach().cpu())
+    _draw_grid(ax, input.detach().cpu(), 0, "input", light)
+    _draw_grid(
+        ax, gathered, out_left, "output", {cell(s.output): color(s) + "55" for s in explanation}
+    )
+    for step in explanation:
+        (sr, sc), (orow, oc) = cell(step.source), cell(step.output)
+        ax.annotate(
+            "",
+            xy=(out_left + oc + 0.5, orow + 0.5),
+            xytext=(sc + 0.5, sr + 0.5),
+            arrowprops={
+                "arrowstyle": "->",
+                "color": color(step),
+                "alpha": 0.8,
+                "shrinkA": 4,
+                "shrinkB": 4,
+                "connectionstyle": "arc3,rad=-0.15",
+            },
+            gid="gather-arrow",
+        )
+    ax.set_xlim(-0.2, out_left + out_cols + 0.2)
+    ax.set_ylim(max(in_rows, out_rows) + 0.2, -0.9)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"gather(input, dim={explanation.dim}, index)", fontsize=10, loc="left")
+    return ax
+
+
+def _pair(name: str, value: object, *, minimum: int) -> tuple[int, int]:
+    if isinstance(value, tuple):
+        if len(value) != 2:
+            msg = f"{name} must be an int or a pair of ints, got {value!r}"
+            raise ValueError(msg)
+        return (
+            check_int(f"{name}[0]", value[0], minimum=minimum),
+            check_int(f"{name}[1]", value[1], minimum=minimum),
+        )
+    single = check_int(name, value, minimum=minimum)
+    return single, single
+
+
+def conv2d_as_matmul(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+) -> torch.Tensor:
+    """``F.conv2d`` computed as ``unfold`` + matrix multiply + ``view``.
+
+    ``F.unfold`` copies every receptive field (``C * kh * kw`` values) into a column,
+    one column per output position; the kernel flattened to ``(O, C * kh * kw)`` times
+    those columns is the convolution; ``view`` gives the columns their 2-d layout back.
+
+    Args:
+        input: a ``(N, C, H, W)`` floating-point tensor.
+        weight: a ``(O, C, kh, kw)`` kernel of the same dtype and device.
+        bias: an optional ``(O,)`` tensor.
+        stride: the step between receptive fields, an int or (rows, columns), >= 1.
+        padding: zeros added on each side, an int or (rows, columns), >= 0.
+        dilation: the spacing of the kernel's taps, an int or (rows, columns), >= 1.
+
+    Returns:
+        A ``(N, O, H_out, W_out)`` tensor equal (up to rounding) to
+        ``F.conv2d(input, weight, bias, stride, padding, dilation)``.
+
+    Raises:
+        TypeError: a tensor argument is not a tensor, or an option is not an int/pair.
+        ValueError: wrong numbers of dimensions, channels or bias size that do not
+            match, options out of range, or a kernel larger than the padded input.
+
+    Example:
+        >>> import torch
+        >>> x = torch.arange(16.0).reshape(1, 1, 4, 4)
+        >>> w = torch.ones(1, 1, 2, 2)
+        >>> conv2d_as_matmul(x, w, stride=2)
+        tensor([[[[10., 18.],
+                  [42., 50.]]]])
+    """
+    check_tensor("input", input)
+    check_tensor("weight", weight)
+    if input.dim() != 4:
+        msg = f"input must be 4-d (N, C, H, W), got shape {tuple(input.shape)}"
+        raise ValueError(msg)
+    if weight.dim() != 4:
+        msg = f"weight must be 4-d (O, C, kh, kw), got shape {tuple(weight.shape)}"
+        raise ValueError(msg)
+    n, c, h, w = input.shape
+    o, c_w, kh, kw = weight.shape
+    if c_w != c:
+        msg = f"weight.shape[1] must equal input's channels ({c}), got {c_w}"
+        raise ValueError(msg)
+    if bias is not None:
+        check_tensor("bias", bias)
+        if tuple(bias.shape) != (o,):
+            msg = f"bias must have shape ({o},) (one value per output channel), got {tuple(bias.shape)}"
+            raise ValueError(msg)
+    s = _pair("stride", stride, minimum=1)
+    p = _pair("padding", padding, minimum=0)
+    d = _pair("dilation", dilation, minimum=1)
+    h_out = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
+    w_out = (w + 2 * p[1] - d[1] * (kw - 1) - 1) // s[1] + 1
+    if h_out < 1 or w_out < 1:
+        msg = (
+            f"weight's dilated kernel ({d[0] * (kh - 1) + 1}, {d[1] * (kw - 1) + 1}) must fit "
+            f"in the padded input ({h + 2 * p[0]}, {w + 2 * p[1]})"
+        )
+        raise ValueError(msg)
+    columns = F.unfold(input, (kh, kw), dilation=d, padding=p, stride=s)  # (N, C*kh*kw, L)
+    out = weight.reshape(o, c * kh * kw) @ columns  # (N, O, L)
+    if bias is not None:
+        out = out + bias[:, None]
+    return out.view(n, o, h_out, w_out)

@@ -1,0 +1,278 @@
+"""pytorch_memo.indexing, checked against torch.gather and F.conv2d themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytorch_memo.indexing import conv2d_as_matmul, explain_gather, plot_gather
+
+
+@dataclass(frozen=True)
+class GatherCase:
+    input: torch.Tensor
+    dim: int
+    index: torch.Tensor
+
+
+@st.composite
+def gather_cases(draw: st.DrawFn, *, max_ndim: int = 3, valid: bool = True) -> GatherCase:
+    """Arguments of ``torch.gather``; with ``valid=False`` they may break its rules."""
+    ndim = draw(st.integers(1, max_ndim))
+    shape = tuple(draw(st.integers(1, 4)) for _ in range(ndim))
+    dim = draw(st.integers(-ndim, ndim - 1))
+    pos = dim % ndim
+    slack = 0 if valid else 2
+    index_shape = tuple(
+        draw(st.integers(0 if valid else 1, 4)) if d == pos else draw(st.integers(1, n + slack))
+        for d, n in enumerate(shape)
+    )
+    low, high = (0, shape[pos] - 1) if valid else (-1, shape[pos])
+    numel = 1
+    for n in index_shape:
+        numel *= n
+    values = draw(st.lists(st.integers(low, high), min_size=numel, max_size=numel))
+    dtype = draw(st.sampled_from([torch.int64, torch.int32]))
+    index = torch.tensor(values, dtype=dtype).reshape(index_shape)
+    source = torch.arange(1, 1 + torch.Size(shape).numel(), dtype=torch.float64).reshape(shape)
+    return GatherCase(source, dim, index)
+
+
+@given(gather_cases())
+def test_explain_gather_matches_torch_gather(case: GatherCase) -> None:
+    expected = torch.gather(case.input, case.dim, case.index)
+    explanation = explain_gather(case.input, case.dim, case.index)
+    sources = explanation.sources()
+    assert sources.shape == (*case.index.shape, case.input.dim())
+    picked = case.input[tuple(sources.unbind(-1))]
+    assert torch.equal(picked, expected)
+    assert [s.value for s in explanation] == expected.flatten().tolist()
+    assert [s.output for s in explanation] == [
+        tuple(p) for p in torch.ones(case.index.shape).nonzero().tolist()
+    ]
+
+
+@given(gather_cases())
+def test_sources_follow_the_per_dimension_formula(case: GatherCase) -> None:
+    # out[i][j][k] = input[i][index[i][j][k]][k] for dim == 1, and so on.
+    dim = case.dim % case.input.dim()
+    for step in explain_gather(case.input, case.dim, case.index):
+        expected = list(step.output)
+        expected[dim] = int(case.index[step.output])
+        assert step.source == tuple(expected)
+        assert step.formula(dim).count("index[") == 1
+
+
+@given(gather_cases(valid=False))
+def test_explain_gather_rejects_what_torch_rejects(case: GatherCase) -> None:
+    try:
+        expected = torch.gather(case.input, case.dim, case.index)
+    except RuntimeError:
+        with pytest.raises(ValueError, match="index"):
+            explain_gather(case.input, case.dim, case.index)
+    else:
+        picked = explain_gather(case.input, case.dim, case.index).sources()
+        assert torch.equal(case.input[tuple(picked.unbind(-1))], expected)
+
+
+def test_the_seed_example() -> None:
+    tensor = torch.tensor([[57, 1, 75], [19, 85, 40], [58, 40, 6], [45, 62, 37], [75, 10, 84]])
+    explanation = explain_gather(tensor, 0, torch.tensor([[1, 2], [3, 4]]))
+    assert [s.source for s in explanation] == [(1, 0), (2, 1), (3, 0), (4, 1)]
+    assert [s.value for s in explanation] == [19, 40, 45, 10]
+    text = str(explanation).splitlines()
+    assert text[0].split() == ["output", "formula", "source", "value"]
+    assert text[1].split("  ")[0] == "out[0, 0]"
+    assert "input[index[0, 1], 1]" in text[2]
+    assert text[2].endswith("40")
+
+
+def test_rendering_truncates_and_escapes() -> None:
+    explanation = explain_gather(torch.arange(100), 0, torch.zeros(60, dtype=torch.int64))
+    text = str(explanation)
+    assert text.endswith("... 12 more rows")
+    assert len(text.splitlines()) == 1 + 48 + 1
+    page = explanation._repr_html_()
+    assert page.count("<tr>") == 1 + 48
+    assert "12 more rows" in page
+    assert "&lt;" not in page
+    assert "<code>out[0]</code>" in page
+    assert repr(explanation) == text
+
+
+def test_empty_index_gives_no_steps() -> None:
+    explanation = explain_gather(torch.zeros(2, 3), 1, torch.zeros(0, 5, dtype=torch.int64))
+    assert len(explanation) == 0
+    assert explanation.sources().shape == (0, 5, 2)
+    assert torch.gather(torch.zeros(2, 3), 1, torch.zeros(0, 5, dtype=torch.int64)).shape == (0, 5)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        (([1, 2], 0, torch.tensor([0])), TypeError, "input must be a torch.Tensor, got list"),
+        ((torch.zeros(2), 0, [0]), TypeError, "index must be a torch.Tensor, got list"),
+        ((torch.zeros(2), 0.0, torch.tensor([0])), TypeError, "dim must be an int, got float"),
+        ((torch.zeros(2), 1, torch.tensor([0])), ValueError, r"dim must be in \[-1, 1\).*got 1"),
+        ((torch.zeros(2), 0, torch.tensor([0.0])), TypeError, "index must have dtype torch.int64"),
+        ((torch.tensor(1.0), 0, torch.tensor(0)), ValueError, "input must have at least one"),
+        (
+            (torch.zeros(2, 2), 0, torch.tensor([0])),
+            ValueError,
+            r"index must have as many dimensions as input \(2\), got 1",
+        ),
+        (
+            (torch.zeros(2, 2), 0, torch.zeros(1, 3, dtype=torch.int64)),
+            ValueError,
+            r"index.shape\[1\] must be <= input.shape\[1\] = 2 .*got 3",
+        ),
+        (
+            (torch.zeros(2, 2), 1, torch.tensor([[0, 2]])),
+            ValueError,
+            r"index values must be in \[0, 2\) \(input.shape\[1\]\), got 2",
+        ),
+        ((torch.zeros(3), 0, torch.tensor([-1])), ValueError, r"must be in \[0, 3\).*got -1"),
+    ],
+)
+def test_explain_gather_rejects_bad_input(
+    args: tuple[object, object, object], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        explain_gather(*args)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def close_figures() -> Iterator[None]:
+    import matplotlib.pyplot as plt
+
+    yield
+    plt.close("all")
+
+
+@pytest.mark.usefixtures("close_figures")
+@settings(deadline=None)  # the first figure loads matplotlib's fonts
+@given(gather_cases(max_ndim=2))
+def test_plot_gather_draws_one_arrow_per_output_from_its_source(case: GatherCase) -> None:
+    import matplotlib.pyplot as plt
+
+    ax = plot_gather(case.input, case.dim, case.index)
+    arrows = [t for t in ax.texts if t.get_gid() == "gather-arrow"]
+    assert len(arrows) == case.index.numel()
+    in_cols = case.input.shape[-1]
+    out_left = in_cols + 2.5
+    for arrow, step in zip(arrows, explain_gather(case.input, case.dim, case.index), strict=True):
+        src = step.source if len(step.source) == 2 else (0, *step.source)
+        out = step.output if len(step.output) == 2 else (0, *step.output)
+        assert arrow.xyann == (src[1] + 0.5, src[0] + 0.5)
+        assert arrow.xy == (out_left + out[1] + 0.5, out[0] + 0.5)
+    # The output grid's labels are torch.gather's values.
+    gathered = torch.gather(case.input, case.dim, case.index).flatten()
+    labels = [t for t in ax.texts if t.get_position()[0] > out_left and t.get_gid() is None]
+    labels.sort(key=lambda t: (t.get_position()[1], t.get_position()[0]))
+    assert [float(t.get_text()) for t in labels[1:]] == gathered.tolist()  # [0] is the title
+    plt.close(ax.figure)
+
+
+@pytest.mark.usefixtures("close_figures")
+def test_plot_gather_rejects_what_it_cannot_draw() -> None:
+    with pytest.raises(ValueError, match=r"1-d or 2-d .* got shapes \(2, 2, 2\)"):
+        plot_gather(torch.zeros(2, 2, 2), 0, torch.zeros(1, 1, 1, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"at most 12 elements per dimension"):
+        plot_gather(torch.zeros(20), 0, torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(TypeError, match="index must have dtype"):
+        plot_gather(torch.zeros(2), 0, torch.zeros(2))
+
+
+pairs = st.one_of(st.integers(1, 3), st.tuples(st.integers(1, 3), st.integers(1, 3)))
+paddings = st.one_of(st.integers(0, 2), st.tuples(st.integers(0, 2), st.integers(0, 2)))
+
+
+@settings(deadline=None)  # the first conv2d call warms up its kernels
+@given(
+    n=st.integers(1, 2),
+    c=st.integers(1, 3),
+    o=st.integers(1, 3),
+    h=st.integers(1, 7),
+    w=st.integers(1, 7),
+    kh=st.integers(1, 3),
+    kw=st.integers(1, 3),
+    stride=pairs,
+    padding=paddings,
+    dilation=pairs,
+    with_bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_conv2d_as_matmul_matches_conv2d(
+    n: int,
+    c: int,
+    o: int,
+    h: int,
+    w: int,
+    kh: int,
+    kw: int,
+    stride: int | tuple[int, int],
+    padding: int | tuple[int, int],
+    dilation: int | tuple[int, int],
+    with_bias: bool,
+    seed: int,
+) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, h, w, dtype=torch.float64, generator=gen)
+    weight = torch.randn(o, c, kh, kw, dtype=torch.float64, generator=gen)
+    bias = torch.randn(o, dtype=torch.float64, generator=gen) if with_bias else None
+    options = {"stride": stride, "padding": padding, "dilation": dilation}
+    try:
+        expected = F.conv2d(x, weight, bias, **options)  # type: ignore[arg-type]
+    except RuntimeError:
+        with pytest.raises(ValueError, match="must fit in the padded input"):
+            conv2d_as_matmul(x, weight, bias, **options)  # type: ignore[arg-type]
+        return
+    got = conv2d_as_matmul(x, weight, bias, **options)  # type: ignore[arg-type]
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected)
+
+
+def test_conv2d_as_matmul_keeps_autograd() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(3, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+    (g_x, g_w) = torch.autograd.grad(conv2d_as_matmul(x, weight, padding=1).sum(), (x, weight))
+    (e_x, e_w) = torch.autograd.grad(F.conv2d(x, weight, padding=1).sum(), (x, weight))
+    torch.testing.assert_close(g_x, e_x)
+    torch.testing.assert_close(g_w, e_w)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"input": "x"}, TypeError, "input must be a torch.Tensor, got str"),
+        (
+            {"input": torch.zeros(2, 4, 4)},
+            ValueError,
+            r"input must be 4-d .* got shape \(2, 4, 4\)",
+        ),
+        ({"weight": torch.zeros(1, 2, 2)}, ValueError, r"weight must be 4-d"),
+        ({"weight": torch.zeros(1, 3, 2, 2)}, ValueError, r"weight.shape\[1\] must equal .*\(2\)"),
+        ({"bias": torch.zeros(2)}, ValueError, r"bias must have shape \(1,\).* got \(2,\)"),
+        ({"bias": [0.0]}, TypeError, "bias must be a torch.Tensor, got list"),
+        ({"stride": 0}, ValueError, "stride must be >= 1, got 0"),
+        ({"stride": (1, 0)}, ValueError, r"stride\[1\] must be >= 1, got 0"),
+        ({"stride": (1, 1, 1)}, ValueError, r"stride must be an int or a pair of ints"),
+        ({"padding": -1}, ValueError, "padding must be >= 0, got -1"),
+        ({"dilation": 1.5}, TypeError, "dilation must be an int, got float"),
+        ({"weight": torch.zeros(1, 2, 5, 5)}, ValueError, r"\(5, 5\) must fit .* \(4, 4\)"),
+    ],
+)
+def test_conv2d_as_matmul_rejects_bad_input(
+    kwargs: dict[str, object], error: type, match: str
+) -> None:
+    args: dict[str, object] = {"input": torch.zeros(1, 2, 4, 4), "weight": torch.zeros(1, 2, 2, 2)}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        conv2d_as_matmul(**args)  # type: ignore[arg-type]
