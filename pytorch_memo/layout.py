@@ -5,7 +5,10 @@ Used by the chapters *Creating tensors* and *Views, strides and storage*.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -13,10 +16,107 @@ from pytorch_memo._checks import check_int, check_tensor
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-__all__ = ["element_offsets", "plot_storage", "shares_memory"]
+__all__ = [
+    "StorageMap",
+    "element_offsets",
+    "plot_storage",
+    "plot_view",
+    "required_storage",
+    "shares_memory",
+    "storage_map",
+    "strided_offsets",
+]
 
 MAX_PLOTTED = 256
+
+
+def _check_layout(size: Any, stride: Any, storage_offset: Any) -> tuple[tuple[int, ...], ...]:
+    """Validate ``as_strided``-style arguments; return size and stride as int tuples."""
+    checked = []
+    for name, values in (("size", size), ("stride", stride)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            msg = f"{name} must be a sequence of ints, got {type(values).__name__}: {values!r}"
+            raise TypeError(msg)
+        for i, value in enumerate(values):
+            check_int(f"{name}[{i}]", value)
+            if value < 0:
+                what = "sizes" if name == "size" else "strides (torch has no negative strides)"
+                msg = f"{name}[{i}] must be >= 0 for {what}, got {value}"
+                raise ValueError(msg)
+        checked.append(tuple(values))
+    if len(checked[0]) != len(checked[1]):
+        msg = (
+            f"size and stride must have the same length, got {len(checked[0])} sizes "
+            f"{checked[0]} and {len(checked[1])} strides {checked[1]}"
+        )
+        raise ValueError(msg)
+    check_int("storage_offset", storage_offset, minimum=0)
+    return checked[0], checked[1]
+
+
+def strided_offsets(
+    size: Sequence[int], stride: Sequence[int], *, storage_offset: int = 0
+) -> torch.Tensor:
+    """Storage position of every element of a view with this size, stride and offset.
+
+    Element ``[i, j, ...]`` sits at ``storage_offset + i*stride[0] + j*stride[1] + ...``,
+    counted in elements: the arithmetic of ``torch.as_strided(size, stride,
+    storage_offset)``, done without a storage.
+
+    Args:
+        size: the view's shape, non-negative ints.
+        stride: one non-negative int per dimension, in elements.
+        storage_offset: where element ``[0, 0, ...]`` sits, in elements.
+
+    Returns:
+        An ``int64`` CPU tensor of shape ``size``.
+
+    Raises:
+        TypeError: an argument is not an int, or ``size``/``stride`` not a sequence.
+        ValueError: a size, stride or the offset is negative, or the lengths differ.
+
+    Example:
+        >>> strided_offsets((2, 3), (1, 2), storage_offset=1)
+        tensor([[1, 3, 5],
+                [2, 4, 6]])
+    """
+    sizes, strides = _check_layout(size, stride, storage_offset)
+    offsets = torch.tensor(storage_offset, dtype=torch.int64)
+    for n, s in zip(sizes, strides, strict=True):
+        offsets = offsets.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * s
+    return offsets
+
+
+def required_storage(size: Sequence[int], stride: Sequence[int], *, storage_offset: int = 0) -> int:
+    """How many storage elements a view with this size, stride and offset reaches into.
+
+    That is one past its last element's position (0 for a view with no elements).
+    ``as_strided`` refuses a view whose requirement exceeds the storage's length.
+
+    Args:
+        size: the view's shape, non-negative ints.
+        stride: one non-negative int per dimension, in elements.
+        storage_offset: where element ``[0, 0, ...]`` sits, in elements.
+
+    Returns:
+        The smallest storage length, in elements, that holds every element.
+
+    Raises:
+        TypeError: an argument is not an int, or ``size``/``stride`` not a sequence.
+        ValueError: a size, stride or the offset is negative, or the lengths differ.
+
+    Example:
+        >>> required_storage((5, 5), (1, 1))  # the last element sits at 4 + 4 = 8
+        9
+        >>> required_storage((0, 5), (100, 1), storage_offset=50)
+        0
+    """
+    sizes, strides = _check_layout(size, stride, storage_offset)
+    if 0 in sizes:
+        return 0
+    return storage_offset + sum((n - 1) * s for n, s in zip(sizes, strides, strict=True)) + 1
 
 
 def element_offsets(tensor: torch.Tensor) -> torch.Tensor:
@@ -44,11 +144,87 @@ def element_offsets(tensor: torch.Tensor) -> torch.Tensor:
                 [2, 5]])
     """
     check_tensor("tensor", tensor)
-    offsets = torch.tensor(tensor.storage_offset(), dtype=torch.int64)
-    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
-        steps = torch.arange(size, dtype=torch.int64) * stride
-        offsets = offsets.unsqueeze(-1) + steps
-    return offsets
+    return strided_offsets(
+        tuple(tensor.shape), tensor.stride(), storage_offset=int(tensor.storage_offset())
+    )
+
+
+@dataclass(frozen=True)
+class StorageMap:
+    """Where each element of a view lives in its storage (see :func:`storage_map`)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    storage_size: int
+    """Length of the whole storage, in elements of the tensor's dtype."""
+    offsets: torch.Tensor
+    """Storage position of each element, shaped like the tensor (``int64``)."""
+    uses: torch.Tensor
+    """For each storage position, how many elements of the tensor live there."""
+
+    @property
+    def unused(self) -> tuple[int, ...]:
+        """Storage positions that no element of the tensor uses."""
+        return tuple(int(i) for i in (self.uses == 0).nonzero().flatten())
+
+    @property
+    def overlapping(self) -> bool:
+        """Whether two elements of the tensor share a storage position."""
+        return bool((self.uses > 1).any())
+
+    def __str__(self) -> str:
+        n_used = int((self.uses > 0).sum())
+        share = "some shared by several elements" if self.overlapping else "each by one element"
+        lines = str(self.offsets)[len("tensor(") : -1].splitlines()
+        grid = "\n".join(
+            ("  " + line[len("tensor(") if i else 0 :]).rstrip() for i, line in enumerate(lines)
+        )
+        return (
+            f"shape {self.shape}, stride {self.stride}, storage offset {self.storage_offset}\n"
+            f"storage position of each element:\n{grid}\n"
+            f"storage: {self.storage_size} element{'s' * (self.storage_size != 1)}, "
+            f"{n_used} used ({share})"
+        )
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def storage_map(tensor: torch.Tensor) -> StorageMap:
+    """Map every element of ``tensor`` to its position in the tensor's storage.
+
+    Args:
+        tensor: a strided tensor on any device.
+
+    Returns:
+        A :class:`StorageMap`: the positions (:func:`element_offsets`), the storage's
+        length and how many elements use each storage position. It prints as text.
+
+    Raises:
+        TypeError: ``tensor`` is not a tensor.
+        ValueError: ``tensor`` is not strided.
+
+    Example:
+        >>> import torch
+        >>> print(storage_map(torch.arange(6).reshape(2, 3)[:, 1:]))
+        shape (2, 2), stride (3, 1), storage offset 1
+        storage position of each element:
+          [[1, 2],
+           [4, 5]]
+        storage: 6 elements, 4 used (each by one element)
+    """
+    offsets = element_offsets(tensor)
+    size = tensor.untyped_storage().nbytes() // tensor.element_size()
+    uses = torch.bincount(offsets.flatten(), minlength=size)
+    return StorageMap(
+        shape=tuple(tensor.shape),
+        stride=tuple(tensor.stride()),
+        storage_offset=int(tensor.storage_offset()),
+        storage_size=size,
+        offsets=offsets,
+        uses=uses,
+    )
 
 
 def _byte_starts(tensor: torch.Tensor, base: int) -> torch.Tensor:
@@ -117,6 +293,42 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((found & (reach > b_starts)).any())
 
 
+def _palette(n_groups: int) -> Any:
+    """Light colours (black labels stay readable), or viridis for many groups."""
+    import matplotlib.pyplot as plt
+
+    light = plt.get_cmap("Pastel1")
+    return light if n_groups <= light.N else plt.get_cmap("viridis", n_groups)
+
+
+def _groups(tensor: torch.Tensor, color_dim: int | None) -> tuple[list[int], int]:
+    """Each element's colour group (in flatten order) and the number of groups."""
+    if color_dim is None:
+        return [0] * tensor.numel(), 1
+    check_int("color_dim", color_dim)
+    if not -tensor.dim() <= color_dim < tensor.dim():
+        msg = f"color_dim must be in [{-tensor.dim()}, {tensor.dim()}), got {color_dim}"
+        raise ValueError(msg)
+    shape = [1] * tensor.dim()
+    shape[color_dim] = tensor.shape[color_dim]
+    index = torch.arange(tensor.shape[color_dim]).reshape(shape).expand(tensor.shape)
+    return index.flatten().tolist(), max(tensor.shape[color_dim], 1)
+
+
+def _storage_cells(tensor: torch.Tensor) -> int:
+    cells = tensor.untyped_storage().nbytes() // tensor.element_size()
+    if cells > MAX_PLOTTED:
+        msg = f"tensor's storage has {cells} elements; plots draw at most {MAX_PLOTTED}"
+        raise ValueError(msg)
+    return cells
+
+
+def _label(positions: list[int]) -> str:
+    """A storage cell's label: the flatten() positions of the elements that live there."""
+    shown = ",".join(map(str, positions[:2]))
+    return shown + (",…" if len(positions) > 2 else "")
+
+
 def plot_storage(
     tensor: torch.Tensor,
     *,
@@ -129,7 +341,9 @@ def plot_storage(
     Each cell is one storage element. A cell that an element of ``tensor`` lives in is
     labelled with that element's position when ``tensor`` is read row by row
     (``tensor.flatten()`` order), so the labels show in which order the tensor visits
-    its memory; storage that ``tensor`` does not use stays blank.
+    its memory; storage that ``tensor`` does not use stays blank. A cell that several
+    elements share (a zero stride, an overlapping ``as_strided``) lists the first two
+    positions, then ``…`` if there are more.
 
     Args:
         tensor: a strided tensor whose storage has at most 256 elements.
@@ -157,34 +371,21 @@ def plot_storage(
     from matplotlib.patches import Rectangle
 
     check_tensor("tensor", tensor)
-    if color_dim is not None:
-        check_int("color_dim", color_dim)
-        if not -tensor.dim() <= color_dim < tensor.dim():
-            msg = f"color_dim must be in [{-tensor.dim()}, {tensor.dim()}), got {color_dim}"
-            raise ValueError(msg)
-    cells = tensor.untyped_storage().nbytes() // tensor.element_size()
-    if cells > MAX_PLOTTED:
-        msg = f"tensor's storage has {cells} elements; plot_storage draws at most {MAX_PLOTTED}"
-        raise ValueError(msg)
+    groups, n_groups = _groups(tensor, color_dim)
+    cells = _storage_cells(tensor)
     offsets = element_offsets(tensor).flatten().tolist()
-    if color_dim is None:
-        groups = [0] * len(offsets)
-        n_groups = 1
-    else:
-        shape = [1] * tensor.dim()
-        shape[color_dim] = tensor.shape[color_dim]
-        index = torch.arange(tensor.shape[color_dim]).reshape(shape).expand(tensor.shape)
-        groups = index.flatten().tolist()
-        n_groups = max(tensor.shape[color_dim], 1)
     if ax is None:
         _, ax = plt.subplots(figsize=(min(0.45 * max(cells, 4) + 0.6, 14), 0.9))
-    light = plt.get_cmap("Pastel1")  # light colours keep the black labels readable
-    palette = light if n_groups <= light.N else plt.get_cmap("viridis", n_groups)
+    palette = _palette(n_groups)
     for cell in range(cells):
         ax.add_patch(Rectangle((cell, 0), 1, 1, facecolor="white", edgecolor="0.6"))
+    living: dict[int, list[int]] = {}
     for position, (offset, group) in enumerate(zip(offsets, groups, strict=True)):
         ax.add_patch(Rectangle((offset, 0), 1, 1, facecolor=palette(group), edgecolor="0.3"))
-        ax.text(offset + 0.5, 0.5, str(position), ha="center", va="center", fontsize=8)
+        living.setdefault(offset, []).append(position)
+    for offset, positions in living.items():
+        size = 8 if len(positions) == 1 else 6
+        ax.text(offset + 0.5, 0.5, _label(positions), ha="center", va="center", fontsize=size)
     ax.set_xlim(0, max(cells, 1))
     ax.set_ylim(0, 1)
     ax.set_yticks([])
@@ -196,3 +397,89 @@ def plot_storage(
     if title is not None:
         ax.set_title(title, fontsize=9, loc="left")
     return ax
+
+
+def _row_names(shape: tuple[int, ...]) -> list[str]:
+    """The index of each row of the grid: ``[i, j, :]`` for the leading dimensions."""
+    if not shape:
+        return ["scalar"]
+    rows = itertools.product(*(range(n) for n in shape[:-1]))
+    return ["[" + "".join(f"{i}, " for i in row) + ":]" for row in rows]
+
+
+def plot_view(tensor: torch.Tensor, *, title: str | None = None) -> Figure:
+    """Draw ``tensor`` as a grid above its storage strip, each element joined to its cell.
+
+    The grid shows the tensor row by row (the last dimension across, every index of the
+    leading dimensions down; a row's index is on the left). Each element is labelled
+    with its ``flatten()`` position and joined by a line to the storage cell it lives
+    in, which carries the same label (see :func:`plot_storage`). Elements with the same
+    index along dimension -2 share a colour in both pictures.
+
+    Args:
+        tensor: a strided tensor with at most 256 elements and 256 storage elements.
+        title: the figure's title.
+
+    Returns:
+        The matplotlib figure; its first axes hold the grid, its second the strip.
+
+    Raises:
+        TypeError: ``tensor`` is not a tensor.
+        ValueError: ``tensor`` is not strided, or it or its storage is too large.
+
+    Example:
+        >>> import torch
+        >>> fig = plot_view(torch.arange(6).reshape(2, 3).t(), title="a transpose")
+        >>> grid, strip = fig.axes
+        >>> [t.get_text() for t in grid.texts]  # row by row
+        ['0', '1', '2', '3', '4', '5']
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import ConnectionPatch, Rectangle
+
+    check_tensor("tensor", tensor)
+    if tensor.numel() > MAX_PLOTTED:
+        msg = f"tensor has {tensor.numel()} elements; plot_view draws at most {MAX_PLOTTED}"
+        raise ValueError(msg)
+    cells = _storage_cells(tensor)
+    shape = tuple(tensor.shape)
+    cols = shape[-1] if shape else 1
+    names = _row_names(shape)
+    rows = len(names)
+    width = max(cells, cols, 4)
+    inch = min(0.45, 13.0 / width)  # one cell, in inches
+    fig, (grid, strip) = plt.subplots(
+        2,
+        1,
+        figsize=(inch * width + 1.2, inch * (rows + 1) + 1.4),
+        height_ratios=[max(rows, 1), 1],
+        gridspec_kw={"hspace": 1.2 / max(rows, 1)},
+    )
+    color_dim = -2 if tensor.dim() >= 2 else None
+    groups, n_groups = _groups(tensor, color_dim)
+    palette = _palette(n_groups)
+    plot_storage(tensor, color_dim=color_dim, ax=strip)
+    strip.set_xlim(0, width)
+    left = (width - cols) / 2
+    offsets = element_offsets(tensor).flatten().tolist()
+    for position, (offset, group) in enumerate(zip(offsets, groups, strict=True)):
+        row, col = divmod(position, cols)
+        x, y = left + col, rows - 1 - row
+        grid.add_patch(Rectangle((x, y), 1, 1, facecolor=palette(group), edgecolor="0.3"))
+        grid.text(x + 0.5, y + 0.5, str(position), ha="center", va="center", fontsize=8)
+        link = ConnectionPatch(
+            (x + 0.5, y + 0.5), (offset + 0.5, 1), coordsA=grid.transData,
+            coordsB=strip.transData, color=palette(group), linewidth=1.5, zorder=0,
+        )  # fmt: skip
+        fig.add_artist(link)
+    grid.set_xlim(0, width)
+    grid.set_ylim(0, max(rows, 1))
+    grid.set_yticks([r + 0.5 for r in range(rows)], names[::-1], fontsize=7)
+    grid.set_xticks([left + c + 0.5 for c in range(cols)], [str(c) for c in range(cols)])
+    grid.tick_params(length=0, labelsize=7, labeltop=True, labelbottom=False)
+    for spine in grid.spines.values():
+        spine.set_visible(False)
+    grid.patch.set_visible(False)
+    grid.set_zorder(2)  # its cells hide the links' first stretch
+    fig.suptitle(title or f"shape {shape}, stride {tensor.stride()}", fontsize=9, x=0.02, ha="left")
+    return fig

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import numpy as np
@@ -10,8 +11,22 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytorch_memo.layout import element_offsets, plot_storage, shares_memory
-from tests.strategies import NUMPY_DTYPES, StridedView, strided_views, tensors_and_views
+from pytorch_memo.layout import (
+    element_offsets,
+    plot_storage,
+    plot_view,
+    required_storage,
+    shares_memory,
+    storage_map,
+    strided_offsets,
+)
+from tests.strategies import (
+    DTYPES,
+    NUMPY_DTYPES,
+    StridedView,
+    strided_views,
+    tensors_and_views,
+)
 
 STORAGE = 40
 
@@ -118,14 +133,19 @@ def test_plot_storage_labels_each_element_at_its_offset(v: StridedView) -> None:
     view = storage.as_strided(v.size, v.stride, v.offset)
     fig, ax = plt.subplots()
     plot_storage(view, ax=ax)
-    # Labels sit at the element's storage position; the label is its flatten() position.
-    placed = {}
-    for text in ax.texts:
-        placed.setdefault(int(text.get_position()[0] - 0.5), []).append(int(text.get_text()))
+    # A cell's label lists the flatten() positions living there (two, then "…").
     flat = view.flatten()
-    for offset, positions in placed.items():
+    uses = torch.bincount(flat, minlength=24)
+    labelled = set()
+    for text in ax.texts:
+        offset = int(text.get_position()[0] - 0.5)
+        label = text.get_text()
+        positions = [int(p) for p in label.split(",") if p != "…"]
         assert all(int(flat[p]) == offset for p in positions)
-    assert sorted(p for ps in placed.values() for p in ps) == list(range(view.numel()))
+        assert len(positions) == min(int(uses[offset]), 2)
+        assert label.endswith(",…") == (uses[offset] > 2)
+        labelled.add(offset)
+    assert labelled == {int(i) for i in uses.nonzero().flatten()}
     plt.close(fig)
 
 
@@ -142,7 +162,7 @@ def test_plot_storage_colors_by_dim() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"tensor": torch.zeros(300)}, ValueError, r"storage has 300 elements; .* at most 256"),
+        ({"tensor": torch.zeros(300)}, ValueError, r"storage has 300 elements; .*at most 256"),
         (
             {"tensor": torch.zeros(2, 2), "color_dim": 2},
             ValueError,
@@ -159,3 +179,130 @@ def test_plot_storage_colors_by_dim() -> None:
 def test_plot_storage_rejects_bad_input(kwargs: dict[str, object], error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         plot_storage(**kwargs)  # type: ignore[arg-type]
+
+
+# ---- strided arithmetic: strided_offsets, required_storage, storage_map, plot_view ----
+
+layouts = st.tuples(
+    st.lists(st.integers(0, 4), max_size=3),
+    st.lists(st.integers(0, 9), max_size=3),
+    st.integers(0, 50),
+).map(lambda t: (tuple(t[0]), tuple(t[1][: len(t[0])]) + (1,) * (len(t[0]) - len(t[1])), t[2]))
+
+
+@given(layouts)
+def test_required_storage_decides_whether_as_strided_fits(
+    layout: tuple[tuple[int, ...], tuple[int, ...], int],
+) -> None:
+    size, stride, offset = layout
+    needed = required_storage(size, stride, storage_offset=offset)
+    storage = torch.arange(STORAGE)
+    if needed <= STORAGE:
+        view = storage.as_strided(size, stride, offset)
+        assert torch.equal(strided_offsets(size, stride, storage_offset=offset), view)
+    else:
+        with pytest.raises(RuntimeError, match=f"requiring a storage size of {needed * 8}"):
+            storage.as_strided(size, stride, offset)
+
+
+@given(strided_views(STORAGE), st.sampled_from(DTYPES))
+def test_storage_map_matches_data_ptr_arithmetic(v: StridedView, dtype: torch.dtype) -> None:
+    storage = torch.zeros(STORAGE, dtype=dtype)
+    view = storage.as_strided(v.size, v.stride, v.offset)
+    smap = storage_map(view)
+    item = view.element_size()
+    assert smap.storage_size == STORAGE
+    assert (smap.shape, smap.stride, smap.storage_offset) == (v.size, v.stride, v.offset)
+    if view.numel():  # an empty tensor's data_ptr() is 0
+        assert view.data_ptr() == storage.data_ptr() + v.offset * item
+    uses = [0] * STORAGE
+    for index in itertools.product(*(range(n) for n in v.size)):
+        # Each element's own address, as torch computes it, against the map's position.
+        position = int(smap.offsets[index])
+        assert view[index].data_ptr() == storage.data_ptr() + position * item
+        uses[position] += 1
+    assert smap.uses.tolist() == uses
+    assert smap.unused == tuple(i for i, n in enumerate(uses) if n == 0)
+    assert smap.overlapping == any(n > 1 for n in uses)
+
+
+def test_storage_map_of_a_slice_and_an_expand() -> None:
+    x = torch.arange(12.0).reshape(3, 4)
+    smap = storage_map(x[1:, ::2])
+    assert smap.offsets.tolist() == [[4, 6], [8, 10]]
+    assert smap.unused == (0, 1, 2, 3, 5, 7, 9, 11)
+    assert not smap.overlapping
+    wide = storage_map(torch.arange(3).expand(4, 3))
+    assert wide.uses.tolist() == [4, 4, 4]
+    assert wide.overlapping
+    assert str(storage_map(torch.tensor(1.0))).endswith(
+        "storage: 1 element, 1 used (each by one element)"
+    )
+
+
+BAD_LAYOUTS = [
+    (((2, 3), (3, -1), 0), ValueError, r"stride\[1\] must be >= 0 .*no negative strides.*got -1"),
+    (((2, -3), (3, 1), 0), ValueError, r"size\[1\] must be >= 0 for sizes, got -3"),
+    (((2, 3), (3,), 0), ValueError, "size and stride must have the same length, got 2 sizes"),
+    (((2, 3), (3, 1), -1), ValueError, "storage_offset must be >= 0, got -1"),
+    (((2, 3.0), (3, 1), 0), TypeError, r"size\[1\] must be an int, got float"),
+    (((2, 3), (3, True), 0), TypeError, r"stride\[1\] must be an int, got bool"),
+    (("23", (3, 1), 0), TypeError, "size must be a sequence of ints, got str"),
+    (((2, 3), 1, 0), TypeError, "stride must be a sequence of ints, got int"),
+    (((2, 3), (3, 1), 1.5), TypeError, "storage_offset must be an int, got float"),
+]
+
+
+@pytest.mark.parametrize(("args", "error", "match"), BAD_LAYOUTS)
+@pytest.mark.parametrize("helper", [strided_offsets, required_storage])
+def test_strided_helpers_reject_bad_input(
+    helper: object, args: tuple[object, object, object], error: type, match: str
+) -> None:
+    size, stride, offset = args
+    with pytest.raises(error, match=match):
+        helper(size, stride, storage_offset=offset)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("helper", [storage_map, plot_view])
+def test_tensor_helpers_reject_non_tensors(helper: object) -> None:
+    with pytest.raises(TypeError, match=r"tensor must be a torch\.Tensor, got list"):
+        helper([1, 2])  # type: ignore[operator]
+
+
+@pytest.mark.usefixtures("close_figures")
+@given(strided_views(24))
+def test_plot_view_links_each_element_to_its_storage_cell(v: StridedView) -> None:
+    from matplotlib.patches import ConnectionPatch
+
+    view = torch.arange(24).as_strided(v.size, v.stride, v.offset)
+    fig = plot_view(view)
+    grid, _strip = fig.axes
+    assert [t.get_text() for t in grid.texts] == [str(i) for i in range(view.numel())]
+    links = [a for a in fig.artists if isinstance(a, ConnectionPatch)]
+    assert len(links) == view.numel()
+    # Each link ends on top of the storage cell of its element (flatten order).
+    ends = [link.xy2 for link in links]
+    assert [(x - 0.5, y) for x, y in ends] == [(float(p), 1.0) for p in view.flatten().tolist()]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+@pytest.mark.usefixtures("close_figures")
+def test_plot_view_rows_are_named_by_their_index() -> None:
+    fig = plot_view(torch.zeros(2, 3, 4), title="three dims")
+    names = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert names[::-1] == [f"[{i}, {j}, :]" for i in range(2) for j in range(3)]
+    assert fig.texts[0].get_text() == "three dims"
+
+
+@pytest.mark.parametrize(
+    ("tensor", "match"),
+    [
+        (torch.zeros(257), r"tensor has 257 elements; plot_view draws at most 256"),
+        (torch.zeros(300)[:10], r"storage has 300 elements; plots draw at most 256"),
+    ],
+)
+def test_plot_view_rejects_large_tensors(tensor: torch.Tensor, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        plot_view(tensor)
