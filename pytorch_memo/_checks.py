@@ -3,6 +3,8 @@ it got and what was expected."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,3 +35,11 @@ def check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
         msg = f"{name} must be >= {minimum}, got {value}"
         raise ValueError(msg)
     return value
+
+
+def check_path(name: str, value: Any) -> Path:
+    """Return ``value`` as a Path if it is a str or os.PathLike (not bytes); raise TypeError."""
+    if not isinstance(value, str | os.PathLike):
+        msg = f"{name} must be a str or os.PathLike, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+    return Path(value)

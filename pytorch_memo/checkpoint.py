@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pytorch_memo._checks import _shown
+from pytorch_memo._checks import _shown, check_path
 
 __all__ = [
     "FORMAT",
@@ -163,13 +163,6 @@ def _as_tuples(value: Any) -> Any:
 # -------------------------------------------------------------------------- argument checks
 
 
-def _check_path(name: str, value: Any) -> Path:
-    if isinstance(value, bool) or not isinstance(value, str | os.PathLike):
-        msg = f"{name} must be a str or os.PathLike, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
-    return Path(value)
-
-
 def _check_mapping(name: str, value: Any, spelled: str) -> None:
     if not isinstance(value, Mapping):
         msg = f"{name} must be {spelled}, got {type(value).__name__}: {_shown(value)}"
@@ -247,7 +240,7 @@ def save_checkpoint(
         ...     load_checkpoint(path, model=model)
         {'step': 3}
     """
-    target = _check_path("path", path)
+    target = check_path("path", path)
     _check_objects(model, optimizer, scheduler)
     if extra is not None:
         _check_mapping("extra", extra, "a mapping (or None)")
@@ -357,7 +350,7 @@ def load_checkpoint(
         >>> torch.equal(saved.weight, fresh.weight)
         True
     """
-    source = _check_path("path", path)
+    source = check_path("path", path)
     _check_objects(model, optimizer, scheduler)
     _check_bool("rng", rng)
     shown = os.fspath(path)
