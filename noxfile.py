@@ -91,9 +91,10 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit tests and doctests of the package, and the notebooks' hygiene checks."""
     _env(session)
+    paths = session.posargs if any(Path(a).exists() for a in session.posargs) else []
     session.run(
-        "python", "-m", "pytest", "--doctest-modules", "pytorch_memo", "tests",
-        "--ignore=tests/site", *session.posargs,
+        "python", "-m", "pytest", "--doctest-modules", "--ignore=tests/site",
+        *(paths or ["pytorch_memo", "tests", *session.posargs]),
     )  # fmt: skip
 
 

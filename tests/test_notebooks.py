@@ -54,6 +54,7 @@ def test_no_machine_paths_in_outputs(path: Path) -> None:
 def test_setup_cell_is_the_first_and_identical(path: Path) -> None:
     first = bookfiles.code_cells(bookfiles.load(path))[0]
     assert bookfiles.source(first) == bookfiles.setup_cell_source()
+    assert bookfiles.tags(first) == ["hide-input"], "the site folds the setup cell away"
     assert first["outputs"] == []
 
 

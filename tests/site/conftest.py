@@ -1,0 +1,82 @@
+"""Fixtures for the browser checks of the built site (`nox -s site`).
+
+The site in _build/html is served on 127.0.0.1 and opened in headless Chromium through
+Playwright (its driver ships in the wheel; the browser is Debian's chromium, whose path
+`nox -s site` passes in MEMO_CHROMIUM).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests import bookfiles
+
+HTML = bookfiles.ROOT / "_build" / "html"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def site_url() -> Iterator[str]:
+    """Base URL of the built site, served from _build/html on a free loopback port."""
+    if not (HTML / "index.html").exists():
+        pytest.fail("_build/html/index.html is missing: build the book first (nox -s book)")
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    chromium = os.environ.get("MEMO_CHROMIUM") or shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("no chromium: install Debian's chromium or set MEMO_CHROMIUM")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def chapter_pages() -> list[Path]:
+    """The chapter notebooks listed in _toc.yml, in order."""
+    return [
+        bookfiles.ROOT / f"{entry}.ipynb"
+        for entry in bookfiles.toc_files()
+        if (bookfiles.ROOT / f"{entry}.ipynb").exists()
+    ]

@@ -1,0 +1,71 @@
+"""Every chapter page renders its stored outputs and figures, and its launch buttons
+open the right notebook on the configured repository and branch."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page
+
+from tests import bookfiles
+from tests.site.conftest import chapter_pages
+
+CHAPTERS = chapter_pages()
+
+
+def _url(site_url: str, notebook: Path) -> str:
+    return f"{site_url}/{notebook.relative_to(bookfiles.ROOT).with_suffix('.html')}"
+
+
+def _stored_images(notebook: Path) -> int:
+    return sum(
+        "image/png" in output.get("data", {})
+        for cell in bookfiles.code_cells(bookfiles.load(notebook))
+        for output in cell.get("outputs", [])
+    )
+
+
+def test_index_leads_to_the_intro_which_lists_every_chapter(page: Page, site_url: str) -> None:
+    page.goto(f"{site_url}/index.html")
+    page.wait_for_url("**/book/intro.html")
+    listed = page.eval_on_selector_all(
+        "article a.reference.internal", "els => els.map(e => e.getAttribute('href'))"
+    )
+    for notebook in CHAPTERS:
+        assert any(href.split("#")[0].endswith(f"{notebook.stem}.html") for href in listed)
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_renders_outputs_and_figures(page: Page, site_url: str, notebook: Path) -> None:
+    page.goto(_url(site_url, notebook))
+    title = bookfiles.source(bookfiles.load(notebook)["cells"][0]).splitlines()[0][2:]
+    assert title.replace("`", "") in page.locator("article h1").first.inner_text()
+    outputs = page.locator("article div.cell_output")
+    assert outputs.count() > 0
+    images = page.locator("article div.cell_output img")
+    assert images.count() == _stored_images(notebook)
+    for i in range(images.count()):
+        images.nth(i).scroll_into_view_if_needed()
+        width = images.nth(i).evaluate("img => img.complete ? img.naturalWidth : 0")
+        assert width > 0, f"figure {i} of {notebook.name} did not load"
+    assert page.locator("article .output.traceback").count() == 0
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_launch_buttons_point_at_the_notebook(page: Page, site_url: str, notebook: Path) -> None:
+    page.goto(_url(site_url, notebook))
+    hrefs = page.eval_on_selector_all("a", "els => els.map(e => e.href)")
+    config = bookfiles.config()
+    repo = bookfiles.repository_url().removeprefix("https://github.com/")
+    branch = config["repository"]["branch"]
+    path = notebook.relative_to(bookfiles.ROOT).as_posix()
+    binder = f"https://mybinder.org/v2/gh/{repo}/{branch}?urlpath=lab/tree/{path}"
+    colab = f"https://colab.research.google.com/github/{repo}/blob/{branch}/{path}"
+    assert binder in hrefs
+    assert colab in hrefs
+    download = next(h for h in hrefs if h.endswith(f"_sources/{path}"))
+    with urllib.request.urlopen(download) as response:  # the .ipynb as stored
+        assert json.loads(response.read()) == bookfiles.load(notebook)
