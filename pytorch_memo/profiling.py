@@ -1,0 +1,535 @@
+"""Where time and memory go: parameter counts, memory reports, peak memory and timings.
+
+Used by the chapter *Profiling and memory*.
+
+Nothing here probes hardware at import: every function looks at the device it is given
+when it is called, and a CUDA device on a machine without one gets an honest "not
+available" answer (from :func:`memory_report`) or a clear error, never a crash inside
+torch.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from pytorch_memo._checks import _shown, check_int
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = [
+    "MemoryPeak",
+    "MemoryReport",
+    "ParameterCount",
+    "Timing",
+    "count_parameters",
+    "memory_report",
+    "peak_memory",
+    "plot_self_cpu_time",
+    "self_cpu_times",
+    "time_call",
+]
+
+
+def _as_device(name: str, value: object) -> torch.device:
+    """``value`` as a CPU or CUDA :class:`torch.device`; errors name ``name``."""
+    if isinstance(value, str):
+        try:
+            device = torch.device(value)
+        except RuntimeError as error:
+            msg = f"{name} must name a device such as 'cpu' or 'cuda:0', got {value!r}"
+            raise ValueError(msg) from error
+    elif isinstance(value, torch.device):
+        device = value
+    else:
+        msg = f"{name} must be a str or torch.device, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+    if device.type not in ("cpu", "cuda"):
+        msg = f"{name} must be a CPU or CUDA device, got {str(device)!r}"
+        raise ValueError(msg)
+    return device
+
+
+def _check_callable(name: str, value: object) -> None:
+    if not callable(value):
+        msg = f"{name} must be callable, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+
+
+def _check_module(name: str, value: object) -> None:
+    if not isinstance(value, nn.Module):
+        msg = f"{name} must be a torch.nn.Module, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+
+
+def _cuda_index(device: torch.device) -> int:
+    """The index of a CUDA ``device`` (the current device when none was given)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _require_cuda(device: torch.device) -> None:
+    if not torch.cuda.is_available():
+        msg = f"device {str(device)!r} needs CUDA, but torch.cuda.is_available() is False"
+        raise RuntimeError(msg)
+
+
+# -- parameters -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    """How many parameters (scalars, not tensors) a model has."""
+
+    total: int
+    trainable: int
+
+    @property
+    def frozen(self) -> int:
+        """Parameters with ``requires_grad=False``."""
+        return self.total - self.trainable
+
+    def __str__(self) -> str:
+        return f"{self.total:,} parameters ({self.trainable:,} trainable, {self.frozen:,} frozen)"
+
+
+def count_parameters(model: nn.Module) -> ParameterCount:
+    """Count the scalars in ``model.parameters()``, in total and trainable.
+
+    Parameters shared between layers count once (``parameters()`` yields each once),
+    and buffers (running means, ...) are not parameters. The counts are exact integers:
+    divide by 1e6 for millions when printing, not before comparing.
+
+    Args:
+        model: any ``torch.nn.Module``.
+
+    Returns:
+        A :class:`ParameterCount`.
+
+    Raises:
+        TypeError: ``model`` is not a module.
+
+    Example:
+        >>> from torch import nn
+        >>> layer = nn.Linear(3, 2)  # 3*2 weights + 2 biases
+        >>> _ = layer.bias.requires_grad_(False)
+        >>> print(count_parameters(layer))
+        8 parameters (6 trainable, 2 frozen)
+    """
+    _check_module("model", model)
+    params = list(model.parameters())
+    return ParameterCount(
+        total=sum(p.numel() for p in params),
+        trainable=sum(p.numel() for p in params if p.requires_grad),
+    )
+
+
+# -- memory report ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Memory figures of one device, in bytes; ``None`` where the platform has none.
+
+    For CUDA: ``allocated``/``peak_allocated`` are the bytes held by tensors (now and
+    at most since the last peak reset), ``reserved``/``peak_reserved`` what the caching
+    allocator holds from the driver, ``total`` the device's memory. For the CPU:
+    ``allocated`` is this process's resident memory, ``peak_allocated`` its high-water
+    mark, ``total`` the machine's physical memory; ``reserved`` has no CPU meaning.
+    """
+
+    device: str
+    available: bool
+    reason: str = ""
+    name: str | None = None
+    allocated: int | None = None
+    peak_allocated: int | None = None
+    reserved: int | None = None
+    peak_reserved: int | None = None
+    total: int | None = None
+
+    def __str__(self) -> str:
+        if not self.available:
+            return f"{self.device}: not available ({self.reason})"
+        figures = [
+            ("allocated", self.allocated),
+            ("peak allocated", self.peak_allocated),
+            ("reserved", self.reserved),
+            ("peak reserved", self.peak_reserved),
+            ("total", self.total),
+        ]
+        shown = ", ".join(f"{label} {_gib(v)}" for label, v in figures if v is not None)
+        return f"{self.device} ({self.name}): {shown}"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _cpu_report(device: torch.device) -> MemoryReport:
+    rss: int | None = None
+    try:
+        with open("/proc/self/statm") as statm:  # Linux: size resident shared ... (pages)
+            rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        rss = None
+    peak: int | None = None
+    try:
+        import resource
+
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = maxrss if sys.platform == "darwin" else maxrss * 1024  # KiB on Linux
+    except ImportError:  # Windows has no resource module
+        peak = None
+    if peak is not None and rss is not None:
+        peak = max(peak, rss)  # the kernel updates ru_maxrss lazily
+    total: int | None = None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = None
+    return MemoryReport(
+        device=str(device),
+        available=True,
+        name="process memory",
+        allocated=rss,
+        peak_allocated=peak,
+        total=total,
+    )
+
+
+def memory_report(device: str | torch.device) -> MemoryReport:
+    """Memory figures of ``device``: a CUDA GPU, or this process on the CPU.
+
+    On a machine without CUDA, a CUDA device gets a report with ``available=False``
+    and the reason, instead of the errors that ``torch.cuda.get_device_properties``
+    raises there (``torch.cuda.memory_allocated`` would quietly say 0).
+
+    Args:
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a ``torch.device``.
+
+    Returns:
+        A :class:`MemoryReport` (bytes; printing it shows GiB).
+
+    Raises:
+        TypeError: ``device`` is not a str or device.
+        ValueError: ``device`` is neither CPU nor CUDA.
+
+    Example:
+        >>> import torch
+        >>> memory_report("cpu").available
+        True
+        >>> torch.cuda.is_available() or not memory_report("cuda").available
+        True
+    """
+    dev = _as_device("device", device)
+    if dev.type == "cpu":
+        return _cpu_report(dev)
+    if not torch.cuda.is_available():
+        return MemoryReport(
+            device=str(dev), available=False, reason="torch.cuda.is_available() is False"
+        )
+    index = _cuda_index(dev)
+    if index >= torch.cuda.device_count():
+        reason = f"this machine has {torch.cuda.device_count()} CUDA device(s)"
+        return MemoryReport(device=str(dev), available=False, reason=reason)
+    props = torch.cuda.get_device_properties(index)
+    return MemoryReport(
+        device=f"cuda:{index}",
+        available=True,
+        name=props.name,
+        allocated=torch.cuda.memory_allocated(index),
+        peak_allocated=torch.cuda.max_memory_allocated(index),
+        reserved=torch.cuda.memory_reserved(index),
+        peak_reserved=torch.cuda.max_memory_reserved(index),
+        total=props.total_memory,
+    )
+
+
+# -- peak memory of a call --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """Tensor memory a call needed, in bytes, counted from where it started."""
+
+    device: str
+    peak: int
+    retained: int
+
+    def __str__(self) -> str:
+        return f"{self.device}: peak {self.peak:,} bytes, retained {self.retained:,} bytes"
+
+
+def _walk(nodes: Iterable[Any]) -> Iterator[Any]:
+    for node in nodes:
+        yield node
+        yield from _walk(node.children)
+
+
+def _cpu_peak(fn: Callable[[], object]) -> MemoryPeak:
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()  # kept alive until the profile ends: it counts as retained
+    del result
+    if prof.profiler is None or prof.profiler.kineto_results is None:  # pragma: no cover
+        msg = "the profiler recorded no results"
+        raise RuntimeError(msg)
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    allocations = sorted(
+        (
+            node
+            for node in _walk(tree)
+            if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu"
+        ),
+        key=lambda node: node.start_time_ns,
+    )
+    level = peak = 0
+    for node in allocations:
+        level += node.extra_fields.alloc_size
+        peak = max(peak, level)
+    return MemoryPeak(device="cpu", peak=peak, retained=level)
+
+
+def _cuda_peak(fn: Callable[[], object], device: torch.device) -> MemoryPeak:
+    _require_cuda(device)
+    index = _cuda_index(device)
+    torch.cuda.synchronize(index)
+    torch.cuda.reset_peak_memory_stats(index)
+    start = torch.cuda.memory_allocated(index)
+    result = fn()
+    torch.cuda.synchronize(index)
+    retained = torch.cuda.memory_allocated(index) - start
+    peak = torch.cuda.max_memory_allocated(index) - start
+    del result
+    return MemoryPeak(device=f"cuda:{index}", peak=peak, retained=retained)
+
+
+def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu") -> MemoryPeak:
+    """Measure the most tensor memory that ``fn()`` held at once, above where it started.
+
+    On the CPU, torch's allocations bypass Python's allocator (so ``tracemalloc`` does
+    not see them); this replays the allocation and free records of
+    ``torch.profiler.profile(profile_memory=True)`` in time order. On CUDA it resets the
+    peak statistics and reads ``torch.cuda.max_memory_allocated`` (which counts every
+    allocation on that device, also other threads').
+
+    ``retained`` is what was still allocated when ``fn`` returned, its return value
+    included. Frees of tensors made before the call are not seen on the CPU.
+
+    Args:
+        fn: a callable taking no arguments (wrap arguments with a lambda).
+        device: where to count: ``"cpu"`` or a CUDA device.
+
+    Returns:
+        A :class:`MemoryPeak` in bytes.
+
+    Raises:
+        TypeError: ``fn`` is not callable, or ``device`` is not a str or device.
+        ValueError: ``device`` is neither CPU nor CUDA.
+        RuntimeError: ``device`` is CUDA on a machine without it.
+
+    Example:
+        >>> import torch
+        >>> def two_then_one():
+        ...     a, b = torch.empty(1000), torch.empty(1000)  # 8,000 bytes at once
+        ...     del a, b
+        ...     return torch.empty(500)  # 2,000 bytes kept
+        >>> print(peak_memory(two_then_one))
+        cpu: peak 8,000 bytes, retained 2,000 bytes
+    """
+    _check_callable("fn", fn)
+    dev = _as_device("device", device)
+    if dev.type == "cuda":
+        return _cuda_peak(fn, dev)
+    return _cpu_peak(fn)
+
+
+# -- timing -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Wall-clock seconds of repeated calls: the median and every measurement."""
+
+    median: float
+    times: tuple[float, ...]
+    warmup: int
+    device: str
+
+    @property
+    def repeats(self) -> int:
+        """How many calls were measured (warm-up calls excluded)."""
+        return len(self.times)
+
+    @property
+    def best(self) -> float:
+        """The fastest call."""
+        return min(self.times)
+
+    def __str__(self) -> str:
+        return (
+            f"median {self.median * 1e3:.3f} ms over {self.repeats} calls "
+            f"(best {self.best * 1e3:.3f} ms, {self.warmup} warm-up) on {self.device}"
+        )
+
+
+def time_call(
+    fn: Callable[[], object],
+    *,
+    repeats: int = 10,
+    warmup: int = 1,
+    device: str | torch.device = "cpu",
+) -> Timing:
+    """Time ``fn()`` ``repeats`` times after ``warmup`` untimed calls; report the median.
+
+    CUDA kernels run asynchronously: a call returns once its work is queued. On a CUDA
+    device every measured call is bracketed by ``torch.cuda.synchronize`` so that the
+    time includes the work itself, not only its launch. The median resists the odd slow
+    call (another process, a page fault) better than the mean.
+
+    Args:
+        fn: a callable taking no arguments.
+        repeats: measured calls, at least 1.
+        warmup: untimed calls first (caches, lazy initialisation), at least 0.
+        device: ``"cpu"``, or the CUDA device to synchronize.
+
+    Returns:
+        A :class:`Timing` (seconds).
+
+    Raises:
+        TypeError: ``fn`` is not callable, or a count is not an int.
+        ValueError: ``repeats < 1``, ``warmup < 0``, or an unknown device.
+        RuntimeError: ``device`` is CUDA on a machine without it.
+
+    Example:
+        >>> import torch
+        >>> x = torch.ones(1000)
+        >>> timing = time_call(lambda: x.sum(), repeats=5, warmup=2)
+        >>> timing.repeats, timing.warmup, timing.best <= timing.median
+        (5, 2, True)
+    """
+    _check_callable("fn", fn)
+    check_int("repeats", repeats, minimum=1)
+    check_int("warmup", warmup, minimum=0)
+    dev = _as_device("device", device)
+    index: int | None = None
+    if dev.type == "cuda":
+        _require_cuda(dev)
+        index = _cuda_index(dev)
+
+    def sync() -> None:
+        if index is not None:
+            torch.cuda.synchronize(index)
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    name = "cpu" if index is None else f"cuda:{index}"
+    return Timing(median=statistics.median(times), times=tuple(times), warmup=warmup, device=name)
+
+
+# -- profiler tables --------------------------------------------------------------------
+
+
+def self_cpu_times(averages: Iterable[Any], *, top: int | None = None) -> dict[str, float]:
+    """Self CPU time (microseconds) per operator, largest first.
+
+    Args:
+        averages: ``prof.key_averages()`` of a ``torch.profiler.profile`` run.
+        top: keep only the first ``top`` operators (all when ``None``).
+
+    Returns:
+        ``{operator name: self CPU microseconds}``, sorted by time, descending.
+
+    Raises:
+        TypeError: an entry is not a profiler average, or ``top`` is not an int.
+        ValueError: ``top < 1``.
+
+    Example:
+        >>> import torch
+        >>> from torch.profiler import profile
+        >>> with profile() as prof:
+        ...     _ = torch.ones(100).sum()
+        >>> times = self_cpu_times(prof.key_averages())
+        >>> "aten::sum" in times and "aten::ones" in times
+        True
+    """
+    if top is not None:
+        check_int("top", top, minimum=1)
+    pairs = []
+    for entry in averages:
+        if not (hasattr(entry, "key") and hasattr(entry, "self_cpu_time_total")):
+            msg = (
+                "averages must hold profiler averages (from prof.key_averages()), "
+                f"got {type(entry).__name__}: {_shown(entry)}"
+            )
+            raise TypeError(msg)
+        pairs.append((str(entry.key), float(entry.self_cpu_time_total)))
+    pairs.sort(key=lambda pair: pair[1], reverse=True)
+    return dict(pairs[:top] if top is not None else pairs)
+
+
+def plot_self_cpu_time(averages: Iterable[Any], *, top: int = 10, ax: Axes | None = None) -> Axes:
+    """Horizontal bars: the ``top`` operators by self CPU time, as a share of the total.
+
+    Args:
+        averages: ``prof.key_averages()`` of a profiler run.
+        top: how many operators to draw; the rest is summed into one "other" bar.
+        ax: axes to draw on (a new figure when ``None``).
+
+    Returns:
+        The axes, with one bar per operator (largest at the top) plus "other" when
+        operators were left out.
+
+    Raises:
+        TypeError: see :func:`self_cpu_times`.
+        ValueError: ``top < 1``, or the run recorded no time.
+
+    Example:
+        >>> import torch
+        >>> from torch.profiler import profile
+        >>> with profile() as prof:
+        ...     _ = torch.ones(100).sum()
+        >>> ax = plot_self_cpu_time(prof.key_averages(), top=1)
+        >>> len(ax.patches)  # the top operator and "other"
+        2
+    """
+    import matplotlib.pyplot as plt
+
+    check_int("top", top, minimum=1)
+    times = self_cpu_times(averages)
+    total = sum(times.values())
+    if total <= 0:
+        msg = "averages recorded no self CPU time to plot"
+        raise ValueError(msg)
+    names = list(times)[:top]
+    shares = [100 * times[n] / total for n in names]
+    rest = total - sum(times[n] for n in names)
+    if len(times) > top:
+        names.append(f"other ({len(times) - top} operators)")
+        shares.append(100 * rest / total)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.35 * len(names) + 1))
+    positions = list(range(len(names)))[::-1]  # the largest at the top
+    ax.barh(positions, shares, color="tab:blue")
+    ax.set_yticks(positions, names)
+    ax.set_xlabel("share of self CPU time (%)")
+    ax.set_title("Where the CPU time goes (self time per operator)")
+    return ax
