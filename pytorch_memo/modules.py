@@ -1,0 +1,197 @@
+"""What tensors a module holds: parameters, buffers and plain tensor attributes.
+
+Used by the chapter *Parameters, buffers and register_buffer*: :func:`inventory` lists
+every tensor of a module and its submodules with what torch does with it (is it in
+``parameters()``, in ``state_dict()``, trained, shared with another name).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+__all__ = ["ModuleTable", "ModuleTensorInfo", "inventory"]
+
+Kind = Literal["parameter", "buffer", "attribute"]
+
+_HEADERS = (
+    "name",
+    "kind",
+    "persistent",
+    "shape",
+    "dtype",
+    "device",
+    "trainable",
+    "in state_dict",
+    "same tensor as",
+)
+
+
+@dataclass(frozen=True)
+class ModuleTensorInfo:
+    """One tensor of a module: a row of :class:`ModuleTable`.
+
+    Attributes:
+        name: the dotted name, as ``named_parameters()``/``named_buffers()`` give it.
+        kind: ``"parameter"`` (an ``nn.Parameter``), ``"buffer"`` (from
+            ``register_buffer``) or ``"attribute"`` (a plain tensor attribute, which
+            torch ignores).
+        persistent: parameters and persistent buffers are saved by ``state_dict()``;
+            buffers registered with ``persistent=False`` and attributes are not.
+        shape: the tensor's shape.
+        dtype: the tensor's dtype.
+        device: the tensor's device.
+        trainable: a parameter with ``requires_grad=True``, what an optimizer built
+            from ``module.parameters()`` updates.
+        in_state_dict: whether ``module.state_dict()`` has the name as a key.
+        same_as: the other names of this same tensor object (tied weights, a submodule
+            used twice).
+    """
+
+    name: str
+    kind: Kind
+    persistent: bool
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    trainable: bool
+    in_state_dict: bool
+    same_as: tuple[str, ...]
+
+    def cells(self) -> tuple[str, ...]:
+        """The row as display strings, in the order of the table's columns."""
+        shape = self.shape
+        return (
+            self.name,
+            self.kind,
+            str(self.persistent),
+            "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")",
+            str(self.dtype).removeprefix("torch."),
+            str(self.device),
+            str(self.trainable),
+            str(self.in_state_dict),
+            ", ".join(self.same_as) or "-",
+        )
+
+
+@dataclass(frozen=True)
+class ModuleTable:
+    """Rows of :class:`ModuleTensorInfo`, shown as a text table or, in Jupyter, HTML."""
+
+    rows: tuple[ModuleTensorInfo, ...]
+
+    def __getitem__(self, name: str) -> ModuleTensorInfo:
+        for row in self.rows:
+            if row.name == name:
+                return row
+        msg = f"name must be one of {[r.name for r in self.rows]}, got {name!r}"
+        raise KeyError(msg)
+
+    def __iter__(self) -> Iterator[ModuleTensorInfo]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def names(self, *, kind: Kind | None = None) -> tuple[str, ...]:
+        """The rows' names, all of them or those of one ``kind``."""
+        return tuple(r.name for r in self.rows if kind is None or r.kind == kind)
+
+    def __str__(self) -> str:
+        table = [_HEADERS, *(row.cells() for row in self.rows)]
+        widths = [max(len(line[i]) for line in table) for i in range(len(_HEADERS))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in table]
+        return "\n".join(line.rstrip() for line in lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in _HEADERS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row.cells()) + "</tr>"
+            for row in self.rows
+        )
+        return (
+            '<table class="memo-describe"><thead><tr>'
+            f"{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+
+
+def _tensors(module: nn.Module, attributes: bool) -> Iterator[tuple[str, Kind, bool, torch.Tensor]]:
+    """Every (name, kind, persistent, tensor) of ``module``, in ``state_dict`` order."""
+    for prefix, sub in module.named_modules(remove_duplicate=False):
+        dot = prefix + "." if prefix else ""
+        for name, param in sub.named_parameters(recurse=False, remove_duplicate=False):
+            yield dot + name, "parameter", True, param
+        hidden: set[str] = getattr(sub, "_non_persistent_buffers_set", set())
+        for name, buffer in sub.named_buffers(recurse=False, remove_duplicate=False):
+            yield dot + name, "buffer", name not in hidden, buffer
+        if attributes:
+            for name, value in vars(sub).items():
+                if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                    yield dot + name, "attribute", False, value
+
+
+def _check_arguments(module: object, attributes: object) -> None:
+    if not isinstance(module, nn.Module):
+        msg = f"module must be a torch.nn.Module, got {type(module).__name__}: {module!r:.60}"
+        raise TypeError(msg)
+    if not isinstance(attributes, bool):
+        msg = f"attributes must be a bool, got {type(attributes).__name__}: {attributes!r:.60}"
+        raise TypeError(msg)
+
+
+def inventory(module: nn.Module, *, attributes: bool = True) -> ModuleTable:
+    """List every tensor a module holds and what torch does with it.
+
+    Walks ``module`` and its submodules (a submodule used twice is listed under both
+    names, as ``state_dict()`` does) and reports parameters, buffers and, optionally,
+    plain tensor attributes, in ``state_dict()`` order: each module's parameters, then
+    its buffers, then its attributes.
+
+    Args:
+        module: the module to inspect.
+        attributes: also list tensors stored as plain attributes (``self.t = tensor``),
+            which ``parameters()``, ``buffers()``, ``state_dict()`` and ``.to()`` all
+            ignore.
+
+    Returns:
+        A :class:`ModuleTable`; it prints as a text table (an HTML table in Jupyter).
+
+    Raises:
+        TypeError: ``module`` is not an ``nn.Module`` or ``attributes`` is not a bool.
+
+    Example:
+        >>> from torch import nn
+        >>> print(inventory(nn.BatchNorm1d(3)))
+        name                 kind       persistent  shape  dtype    device  trainable  in state_dict  same tensor as
+        weight               parameter  True        (3,)   float32  cpu     True       True           -
+        bias                 parameter  True        (3,)   float32  cpu     True       True           -
+        running_mean         buffer     True        (3,)   float32  cpu     False      True           -
+        running_var          buffer     True        (3,)   float32  cpu     False      True           -
+        num_batches_tracked  buffer     True        ()     int64    cpu     False      True           -
+    """
+    _check_arguments(module, attributes)
+    found = list(_tensors(module, attributes))
+    saved = module.state_dict(keep_vars=True).keys()
+    rows = tuple(
+        ModuleTensorInfo(
+            name=name,
+            kind=kind,
+            persistent=persistent,
+            shape=tuple(tensor.shape),
+            dtype=tensor.dtype,
+            device=tensor.device,
+            trainable=kind == "parameter" and tensor.requires_grad,
+            in_state_dict=name in saved,
+            same_as=tuple(other for other, _, _, t in found if t is tensor and other != name),
+        )
+        for name, kind, persistent, tensor in found
+    )
+    return ModuleTable(rows)
