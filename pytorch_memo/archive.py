@@ -95,7 +95,8 @@ def archive_records(path: str | os.PathLike[str]) -> list[Record]:
 def plot_archive(path: str | os.PathLike[str], *, ax: Axes | None = None) -> Axes:
     """Draw a ``torch.save`` file as one bar: each record where its bytes lie.
 
-    Gaps between records are the zip headers and the padding that aligns tensor data.
+    The white between records is the zip format's own bytes: each record's header, the
+    padding that aligns tensor data to 64 bytes, and the index at the end.
 
     Args:
         path: a file written by ``torch.save``.
@@ -118,7 +119,10 @@ def plot_archive(path: str | os.PathLike[str], *, ax: Axes | None = None) -> Axe
     total = Path(path).stat().st_size
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 1.8))
-    ax.barh(0, total, height=0.5, color="white", edgecolor="black", linewidth=0.8)
+    ax.barh(
+        0, total, height=0.5, color="white", edgecolor="black", linewidth=0.8,
+        label="zip headers, padding, index",
+    )  # fmt: skip
     seen: set[str] = set()
     for record in records:
         label: Any = record.kind if record.kind not in seen else None
@@ -136,5 +140,5 @@ def plot_archive(path: str | os.PathLike[str], *, ax: Axes | None = None) -> Axe
     ax.set_yticks([])
     ax.set_xlabel("byte offset in the file")
     ax.set_title(f"{Path(path).name}: {total} bytes, {len(records)} records")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=3, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=4, frameon=False)
     return ax
