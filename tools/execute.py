@@ -31,19 +31,20 @@ def device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def execute(path: Path, *, timeout: int = 600) -> dict[str, Any]:
-    """Execute ``path`` in place; return the record stored in its metadata."""
-    nb = nbformat.read(path, as_version=4)
+def run_cells(nb: nbformat.NotebookNode, workdir: Path, *, timeout: int = 600) -> int:
+    """Run ``nb``'s code cells in order in a fresh kernel; return how many are `gpu` cells.
+
+    Without CUDA, `gpu` cells are not run and keep their stored outputs.
+    """
     has_cuda = torch.cuda.is_available()
     client = NotebookClient(
         nb,
         timeout=timeout,
         kernel_name="python3",
         record_timing=False,
-        resources={"metadata": {"path": str(path.parent)}},
+        resources={"metadata": {"path": str(workdir)}},
     )
     gpu_cells = 0
-    start = time.perf_counter()
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
@@ -54,6 +55,14 @@ def execute(path: Path, *, timeout: int = 600) -> dict[str, Any]:
                     cell.execution_count = None  # keep the outputs of the last GPU run
                     continue
             client.execute_cell(cell, index)
+    return gpu_cells
+
+
+def execute(path: Path, *, timeout: int = 600) -> dict[str, Any]:
+    """Execute ``path`` in place; return the record stored in its metadata."""
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    gpu_cells = run_cells(nb, path.parent, timeout=timeout)
     seconds = time.perf_counter() - start
 
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -66,7 +75,7 @@ def execute(path: Path, *, timeout: int = 600) -> dict[str, Any]:
         "gpu_cells": gpu_cells,
         "gpu_run": old.get("gpu_run"),
     }
-    if has_cuda and gpu_cells:
+    if torch.cuda.is_available() and gpu_cells:
         record["gpu_run"] = {"executed": now, "torch": torch.__version__, "device": device_name()}
     nb.metadata["pytorch_memo"] = record
     write_atomic(path, nbformat.writes(nb) + "\n")

@@ -1,0 +1,93 @@
+"""Print how long the book takes to verify and build (used by `nox -s bench`).
+
+Figures, all measured in this one run on this machine:
+
+- per chapter: executing the notebook in a fresh kernel (as `nox -s execute` does);
+- whole book: the strict nbval run of `nox -s notebooks` over every chapter;
+- floor: the same nbval run over as many bare notebooks (the setup cell and
+  `import torch`), i.e. what kernels and imports alone cost; and the ratio of the two
+  (the book's goal: at most 1.5);
+- site: a full `jupyter-book build` of the stored outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from execute import run_cells
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.bookfiles import setup_cell_source  # noqa: E402
+
+WORK = ROOT / "_build" / "bench"
+NBVAL = [
+    sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+    "-p", "tests.conftest", "--nbval-current-env",
+    "--nbval-sanitize-with", "tests/sanitize.cfg",
+]  # fmt: skip
+
+
+def bare_notebook() -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nb.cells = [
+        nbformat.v4.new_code_cell(setup_cell_source()),
+        nbformat.v4.new_code_cell("import torch"),
+    ]
+    return nb
+
+
+def timed(command: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="auto", help="pytest-xdist workers (-n)")
+    args = parser.parse_args(argv)
+
+    chapters = sorted((ROOT / "book").glob("*.ipynb"))
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    bare = []
+    for i in range(len(chapters)):
+        path = WORK / f"bare_{i:02d}.ipynb"
+        nbformat.write(bare_notebook(), path)
+        bare.append(path)
+
+    print(f"{'chapter':<28} {'seconds':>8}")
+    total = 0.0
+    for path in chapters:
+        nb = nbformat.read(path, as_version=4)
+        start = time.perf_counter()
+        run_cells(nb, path.parent)
+        seconds = time.perf_counter() - start
+        total += seconds
+        print(f"{path.stem:<28} {seconds:8.1f}", flush=True)
+    print(f"{'sum of chapters':<28} {total:8.1f}")
+
+    workers = ["-n", args.workers, "--dist", "loadfile"] if len(chapters) > 1 else []
+    book = timed([*NBVAL, *workers, *map(str, chapters)])
+    floor = timed([*NBVAL, *workers, *map(str, bare)])
+    html = WORK / "site"
+    site = timed(["jupyter-book", "build", ".", "--all", "--path-output", str(html)])
+    print()
+    print(f"whole book, strict nbval ({len(chapters)} notebooks): {book:6.1f} s")
+    print(f"floor, same run over bare notebooks:     {floor:6.1f} s")
+    print(f"ratio book / floor:                      {book / floor:6.2f}  (goal <= 1.5)")
+    print(f"site build (jupyter-book, all pages):    {site:6.1f} s")
+    shutil.rmtree(WORK, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
