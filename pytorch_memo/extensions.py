@@ -1,0 +1,416 @@
+"""Build C++ extensions with ``load_inline`` without getting stuck on a killed build's lock.
+
+Used by the chapter *C++ extensions and custom operators*.
+
+``torch.utils.cpp_extension`` builds in one directory per extension and guards it with
+a file named ``lock``. Up to torch 2.13 that guard was a ``FileBaton``: the file's mere
+existence meant "a build is running", so a build killed midway (Ctrl-C in the wrong
+place, SIGKILL, an out-of-memory kill, a batch job's time limit) left the file behind
+and every later build waited for it forever. Torch 2.14 holds an OS lock on the file
+instead (the kernel drops it when the holder dies), and the file stays after every
+build, blocking nothing.
+
+:func:`build_extension` is safe under both. Builds through it take turns on an OS lock
+of their own (``lock.memo``, which also records who is building); the next one to get
+the turn sees the record a killed build left, removes the dead build's ``lock`` and
+says so with a :class:`StaleLockWarning` that names the path, then builds.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+from pytorch_memo._checks import _shown
+
+__all__ = [
+    "StaleLockWarning",
+    "build_extension",
+    "clear_stale_lock",
+    "default_build_root",
+    "is_stale_lock",
+    "killed_build",
+]
+
+LOCK_NAME = "lock"  # torch's lock file in every build directory
+TURN_NAME = "lock.memo"  # the OS lock that builds through build_extension take turns on
+POLL_SECONDS = 0.1
+
+
+class StaleLockWarning(UserWarning):
+    """A build directory held a lock file that no live process holds; it was removed."""
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str):
+        msg = f"name must be a str, got {type(name).__name__}: {_shown(name)}"
+        raise TypeError(msg)
+    if not name.isidentifier():
+        msg = f"name must be a Python identifier (it names the module), got {name!r}"
+        raise ValueError(msg)
+    return name
+
+
+def _check_sources(name: str, value: object, *, required: bool) -> list[str]:
+    sources = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(sources, Sequence)
+        or isinstance(sources, bytes)
+        or not all(isinstance(s, str) for s in sources)
+    ):
+        msg = f"{name} must be a str or a sequence of str, got {type(value).__name__}"
+        raise TypeError(msg)
+    if required and not "".join(sources).strip():
+        msg = f"{name} must hold some source code, got {_shown(value)}"
+        raise ValueError(msg)
+    return list(sources)
+
+
+def _check_directory(name: str, value: object) -> Path:
+    if not isinstance(value, str | os.PathLike):
+        msg = f"{name} must be a path (str or os.PathLike), got {type(value).__name__}"
+        raise TypeError(msg)
+    return Path(value)
+
+
+def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
+    """Where extensions are built: ``TORCH_EXTENSIONS_DIR``, else the project's folder.
+
+    Inside this project's checkout (found by walking up from ``start`` to a folder that
+    holds ``_toc.yml`` and ``pyproject.toml``) that is ``_build/torch_extensions`` at its
+    root; elsewhere (an installed package, Colab) torch's own default.
+
+    Args:
+        start: where to begin looking (the current directory when ``None``).
+
+    Returns:
+        The folder under which each extension gets a build directory of its name.
+
+    Raises:
+        TypeError: ``start`` is not a path.
+
+    Example:
+        >>> import os, tempfile
+        >>> from pathlib import Path
+        >>> project = Path(tempfile.mkdtemp()).resolve()
+        >>> for marker in ("_toc.yml", "pyproject.toml"):
+        ...     (project / marker).touch()
+        >>> (project / "book").mkdir()
+        >>> found = default_build_root(start=project / "book")  # from a chapter's folder
+        >>> "TORCH_EXTENSIONS_DIR" in os.environ or found.relative_to(project).as_posix()
+        '_build/torch_extensions'
+    """
+    here = Path.cwd() if start is None else _check_directory("start", start)
+    given = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if given:
+        return Path(given)
+    for folder in (here.resolve(), *here.resolve().parents):
+        if (folder / "_toc.yml").is_file() and (folder / "pyproject.toml").is_file():
+            return folder / "_build" / "torch_extensions"
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(get_default_build_root())
+
+
+def _held_by_someone(path: Path) -> bool:
+    """Whether some process holds an OS lock (flock) on ``path``."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EAGAIN, errno.EACCES):
+            return True
+        raise
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _torch_lock_is_a_file() -> bool:
+    """Whether this torch's builds wait while the ``lock`` file merely exists (FileBaton)."""
+    from torch.utils import cpp_extension
+
+    return hasattr(cpp_extension, "FileBaton") or not hasattr(cpp_extension, "FileLock")
+
+
+def killed_build(build_directory: str | os.PathLike[str]) -> str | None:
+    """Who started a build through :func:`build_extension` that died before finishing.
+
+    A build writes its process id and start time into ``lock.memo`` while it holds an
+    OS lock on that file, and empties the file when it is done (also when it fails).
+    A file with content that nobody holds is therefore a build that was killed.
+
+    Args:
+        build_directory: one extension's build directory.
+
+    Returns:
+        The killed build's record (``"pid 123, started 2025-01-01 12:00:00"``), or
+        ``None`` when no build was killed or one is running now.
+
+    Raises:
+        TypeError: ``build_directory`` is not a path.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> killed_build(folder) is None
+        True
+        >>> _ = (folder / "lock.memo").write_text("pid 123, started 2025-01-01 12:00:00")
+        >>> killed_build(folder)  # written, never emptied, held by nobody
+        'pid 123, started 2025-01-01 12:00:00'
+    """
+    turn = _check_directory("build_directory", build_directory) / TURN_NAME
+    try:
+        record = turn.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not record or _held_by_someone(turn):
+        return None
+    return record
+
+
+def is_stale_lock(build_directory: str | os.PathLike[str]) -> bool:
+    """Whether the ``lock`` file in ``build_directory`` is a dead build's leftover.
+
+    It is when no process holds it and either a build was killed there
+    (:func:`killed_build`) or this torch's builds wait on the file's mere existence
+    (``FileBaton``, torch < 2.14), where a leftover file blocks every later build.
+    With torch >= 2.14 the file stays after every normal build and blocks nothing.
+
+    Args:
+        build_directory: one extension's build directory.
+
+    Returns:
+        True when the file exists, nobody holds it, and it is a leftover.
+
+    Raises:
+        TypeError: ``build_directory`` is not a path.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> (folder / "lock").touch()
+        >>> _ = (folder / "lock.memo").write_text("pid 123, started 2025-01-01 12:00:00")
+        >>> is_stale_lock(folder)
+        True
+    """
+    folder = _check_directory("build_directory", build_directory)
+    return _is_stale(folder, killed_build(folder))
+
+
+def _is_stale(folder: Path, record: str | None) -> bool:
+    lock = folder / LOCK_NAME
+    if not lock.is_file() or _held_by_someone(lock):
+        return False
+    return record is not None or _torch_lock_is_a_file()
+
+
+def clear_stale_lock(build_directory: str | os.PathLike[str]) -> Path | None:
+    """Remove a stale ``lock`` file (see :func:`is_stale_lock`), warning with its path.
+
+    Args:
+        build_directory: one extension's build directory.
+
+    Returns:
+        The removed file's path, or ``None`` when there was nothing stale.
+
+    Raises:
+        TypeError: ``build_directory`` is not a path.
+
+    Warns:
+        StaleLockWarning: a stale lock file was found and removed.
+
+    Example:
+        >>> import tempfile, warnings
+        >>> from pathlib import Path
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> (folder / "lock").touch()
+        >>> _ = (folder / "lock.memo").write_text("pid 123, started 2025-01-01 12:00:00")
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     removed = clear_stale_lock(folder)
+        >>> removed.name, removed.exists(), str(caught[0].message).startswith("removed")
+        ('lock', False, True)
+    """
+    folder = _check_directory("build_directory", build_directory)
+    return _clear(folder, killed_build(folder))
+
+
+def _clear(folder: Path, who: str | None) -> Path | None:
+    if not _is_stale(folder, who):
+        return None
+    cause = f"the build ({who}) was killed midway" if who else "a build was killed midway"
+    lock = folder / LOCK_NAME
+    lock.unlink(missing_ok=True)
+    warnings.warn(
+        f"removed the stale lock file {lock}: {cause} and no live process holds it; building again",
+        StaleLockWarning,
+        stacklevel=3,
+    )
+    return lock
+
+
+@contextmanager
+def _turn(folder: Path, *, timeout: float) -> Iterator[None]:
+    """Hold the build directory's turn: an flock the kernel drops if the holder dies.
+
+    While held, the file records who builds; it is emptied when the block ends, so a
+    record left behind means the holder was killed.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / TURN_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() >= deadline:
+                msg = (
+                    f"waited {timeout:g} s for {path}: a live process is building this "
+                    "extension; raise wait_timeout or stop that process"
+                )
+                raise TimeoutError(msg)
+            time.sleep(POLL_SECONDS)
+        record = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        _clear(folder, record or None)  # the previous holder's record: it was killed
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, started {started}".encode(), 0)
+        os.fsync(fd)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def build_extension(
+    name: str,
+    cpp_sources: str | Sequence[str],
+    *,
+    functions: Sequence[str] | None = None,
+    cuda_sources: str | Sequence[str] | None = None,
+    build_root: str | os.PathLike[str] | None = None,
+    extra_cflags: Sequence[str] | None = None,
+    no_implicit_headers: bool = False,
+    wait_timeout: float = 600.0,
+    verbose: bool = False,
+) -> ModuleType:
+    """Build (or load from the cache) a C++ extension with ``load_inline``, safely.
+
+    The extension is built in ``build_root / name``. Builds through this function take
+    turns on an OS lock (``lock.memo``) that the kernel releases if a builder dies;
+    whoever has the turn removes a stale ``lock`` left by a killed build (warning
+    :class:`StaleLockWarning`) and then calls ``torch.utils.cpp_extension.load_inline``,
+    which rebuilds what the killed build left unfinished (ninja keeps track).
+
+    Within one Python process torch remembers each name's sources: built again with
+    other sources (or in another directory) the module is renamed ``name_v1``, ``_v2``...
+    as a module, once imported, cannot be replaced.
+
+    Args:
+        name: the module's name, a Python identifier.
+        cpp_sources: C++ source(s); ``<torch/extension.h>`` is included for you unless
+            ``no_implicit_headers``.
+        functions: C++ functions to bind to Python (``None``: the sources bind their own).
+        cuda_sources: CUDA source(s), built with nvcc.
+        build_root: the folder of build directories (``None``: :func:`default_build_root`).
+        extra_cflags: extra compiler flags.
+        no_implicit_headers: do not add torch's headers to the sources.
+        wait_timeout: seconds to wait for a live build of the same extension.
+        verbose: let torch log the build steps.
+
+    Returns:
+        The extension's Python module.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: ``name`` is not an identifier, ``cpp_sources`` is empty, or
+            ``wait_timeout`` is not positive.
+        TimeoutError: another live build held the turn for ``wait_timeout`` seconds.
+        RuntimeError: the compiler or linker failed (torch's message).
+
+    Warns:
+        StaleLockWarning: a killed build's lock file was removed.
+
+    Example:
+        With torch's headers a build takes tens of seconds; this bare CPython module
+        (``TORCH_EXTENSION_NAME`` is the ``name``, defined by torch's build) takes a few:
+
+        >>> import tempfile
+        >>> bare = '''
+        ... #include <Python.h>
+        ... #define NAME_(n) #n
+        ... #define NAME(n) NAME_(n)
+        ... #define INIT_(n) PyInit_##n
+        ... #define INIT(n) INIT_(n)
+        ... static PyModuleDef def = {PyModuleDef_HEAD_INIT, NAME(TORCH_EXTENSION_NAME)};
+        ... PyMODINIT_FUNC INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&def); }
+        ... '''
+        >>> module = build_extension(
+        ...     "bare_example", bare, no_implicit_headers=True, build_root=tempfile.mkdtemp())
+        >>> module.__name__
+        'bare_example'
+    """
+    _check_name(name)
+    cpp = _check_sources("cpp_sources", cpp_sources, required=True)
+    cuda = (
+        None
+        if cuda_sources is None
+        else _check_sources("cuda_sources", cuda_sources, required=True)
+    )
+    names = None if functions is None else _check_sources("functions", functions, required=True)
+    flags = (
+        None
+        if extra_cflags is None
+        else _check_sources("extra_cflags", extra_cflags, required=False)
+    )
+    if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, int | float):
+        msg = f"wait_timeout must be a number of seconds, got {type(wait_timeout).__name__}"
+        raise TypeError(msg)
+    if not wait_timeout > 0:
+        msg = f"wait_timeout must be > 0 seconds, got {wait_timeout!r}"
+        raise ValueError(msg)
+    root = (
+        default_build_root() if build_root is None else _check_directory("build_root", build_root)
+    )
+    folder = root / name
+
+    from torch.utils import cpp_extension
+
+    load_inline: Callable[..., object] = cpp_extension.load_inline  # untyped in torch
+    with _turn(folder, timeout=float(wait_timeout)):
+        module = load_inline(
+            name,
+            cpp_sources=cpp,
+            cuda_sources=cuda,
+            functions=names,
+            extra_cflags=flags,
+            build_directory=str(folder),
+            no_implicit_headers=no_implicit_headers,
+            verbose=verbose,
+        )
+    if not isinstance(module, ModuleType):  # pragma: no cover - load_inline's contract
+        msg = f"load_inline returned {type(module).__name__}, not a module"
+        raise TypeError(msg)
+    return module

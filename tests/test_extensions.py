@@ -1,0 +1,230 @@
+"""pytorch_memo.extensions: a build killed midway, for real, and the next one recovering.
+
+The builds use a bare CPython module (no torch headers), which compiles in seconds, in
+a temporary build root; they go through torch's ``load_inline`` like any other build.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+from torch.utils.cpp_extension import get_default_build_root
+
+from pytorch_memo.extensions import (
+    StaleLockWarning,
+    _torch_lock_is_a_file,
+    build_extension,
+    clear_stale_lock,
+    default_build_root,
+    is_stale_lock,
+    killed_build,
+)
+
+BARE = """
+#include <Python.h>
+#define NAME_(n) #n
+#define NAME(n) NAME_(n)
+#define INIT_(n) PyInit_##n
+#define INIT(n) INIT_(n)
+static PyModuleDef def = {PyModuleDef_HEAD_INIT, NAME(TORCH_EXTENSION_NAME)};
+PyMODINIT_FUNC INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&def); }
+"""
+BUILD = textwrap.dedent(
+    """
+    import sys, warnings
+    warnings.simplefilter("always")
+    from pytorch_memo.extensions import build_extension
+    module = build_extension("bare", sys.argv[2], no_implicit_headers=True, build_root=sys.argv[1])
+    print("built", module.__name__)
+    """
+)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _build_process(root: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", BUILD, str(root), BARE],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the kill takes ninja and cc too
+    )
+
+
+def _wait_for(path: Path, *, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} did not appear in {seconds} s"
+        time.sleep(0.05)
+
+
+def test_a_killed_build_leaves_a_stale_lock_that_the_next_build_clears(tmp_path: Path) -> None:
+    # A compiler that takes a minute, so the build is surely killed while compiling.
+    slow = tmp_path / "slow-c++"
+    slow.write_text('#!/bin/sh\ncase " $* " in *" -c "*) sleep 60;; esac\nexec c++ "$@"\n')
+    slow.chmod(0o755)
+    root = tmp_path / "extensions"
+    folder = root / "bare"
+
+    killed = _build_process(root, CXX=str(slow))
+    _wait_for(folder / "build.ninja", seconds=120)  # written inside torch's lock, before ninja
+    time.sleep(1.0)  # ninja has started the (slow) compiler
+    assert killed.poll() is None, killed.communicate()
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.communicate()
+    assert killed.returncode == -signal.SIGKILL
+
+    assert (folder / "lock").exists()
+    assert killed_build(folder).startswith(f"pid {killed.pid}, started ")  # type: ignore[union-attr]
+    assert is_stale_lock(folder)
+    assert not list(folder.glob("*.so"))
+
+    again = _build_process(root)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert out.strip() == "built bare"
+    assert "StaleLockWarning: removed the stale lock file" in err
+    assert str(folder / "lock") in err
+    assert f"the build (pid {killed.pid}, started " in err
+    assert killed_build(folder) is None  # the finished build emptied its record
+    assert list(folder.glob("*.so"))
+
+
+def test_a_cached_build_loads_without_warnings(tmp_path: Path) -> None:
+    first = build_extension("bare", BARE, no_implicit_headers=True, build_root=tmp_path)
+    library = next((tmp_path / "bare").glob("*.so"))
+    built = library.stat().st_mtime_ns
+    second = build_extension("bare", [BARE], no_implicit_headers=True, build_root=tmp_path)
+    assert first.__name__ == second.__name__ == "bare"
+    assert library.stat().st_mtime_ns == built  # loaded, not rebuilt
+
+
+def test_a_live_holder_is_not_stale(tmp_path: Path) -> None:
+    (tmp_path / "lock.memo").write_text("pid 1, started 2025-01-01 00:00:00")
+    lock = tmp_path / "lock"
+    with FileLock(lock):  # how torch >= 2.14 holds it during a build
+        assert lock.exists()
+        assert not is_stale_lock(tmp_path)
+        assert clear_stale_lock(tmp_path) is None
+        assert lock.exists()
+    assert is_stale_lock(tmp_path)  # released, and the record says its build died
+
+
+def test_a_running_build_is_not_a_killed_one(tmp_path: Path) -> None:
+    turn = tmp_path / "lock.memo"
+    turn.write_text("pid 1, started 2025-01-01 00:00:00")
+    (tmp_path / "lock").touch()
+    fd = os.open(turn, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the builder is alive
+    try:
+        assert killed_build(tmp_path) is None
+        assert not is_stale_lock(tmp_path)
+    finally:
+        os.close(fd)
+    assert killed_build(tmp_path) == "pid 1, started 2025-01-01 00:00:00"
+
+
+def test_a_lock_file_after_a_normal_build_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "lock").touch()  # torch >= 2.14 leaves it after every build
+    (tmp_path / "lock.memo").touch()  # emptied: the last build finished
+    if _torch_lock_is_a_file():
+        assert is_stale_lock(tmp_path)  # FileBaton: the file itself would block
+    else:
+        assert not is_stale_lock(tmp_path)
+        assert clear_stale_lock(tmp_path) is None
+        assert (tmp_path / "lock").exists()
+
+
+def test_under_file_baton_an_unheld_lock_file_is_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pytorch_memo.extensions._torch_lock_is_a_file", lambda: True)
+    (tmp_path / "lock").touch()  # a FileBaton left by a killed plain load_inline
+    assert killed_build(tmp_path) is None
+    assert is_stale_lock(tmp_path)
+    with pytest.warns(StaleLockWarning, match=r"a build was killed midway"):
+        assert clear_stale_lock(tmp_path) == tmp_path / "lock"
+
+
+def test_clear_stale_lock_warns_with_the_path_and_the_killed_build(tmp_path: Path) -> None:
+    (tmp_path / "lock").touch()
+    (tmp_path / "lock.memo").write_text("pid 99, started 2025-01-01 00:00:00")
+    with pytest.warns(
+        StaleLockWarning,
+        match=r"removed the stale lock file .*lock: the build "
+        r"\(pid 99, started 2025-01-01 00:00:00\) was killed midway",
+    ):
+        removed = clear_stale_lock(tmp_path)
+    assert removed == tmp_path / "lock"
+    assert not removed.exists()
+    assert clear_stale_lock(tmp_path) is None
+    assert not is_stale_lock(tmp_path / "missing")
+    assert killed_build(tmp_path / "missing") is None
+
+
+def test_waits_for_a_live_build_then_names_the_path(tmp_path: Path) -> None:
+    folder = tmp_path / "bare"
+    folder.mkdir()
+    fd = os.open(folder / "lock.memo", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another builder has the turn
+    try:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"waited 0.3 s for .*lock.memo: a live process"):
+            build_extension("bare", BARE, build_root=tmp_path, wait_timeout=0.3)
+        assert 0.3 <= time.monotonic() - start < 5
+    finally:
+        os.close(fd)
+
+
+def test_default_build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    project = tmp_path / "project"
+    (project / "book").mkdir(parents=True)
+    for marker in ("_toc.yml", "pyproject.toml"):
+        (project / marker).touch()
+    expected = project.resolve() / "_build" / "torch_extensions"
+    assert default_build_root(start=project / "book") == expected
+    monkeypatch.chdir(project / "book")
+    assert default_build_root() == expected
+    monkeypatch.chdir(tmp_path)  # outside any project: torch's own default
+    assert default_build_root() == Path(get_default_build_root())
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "given"))
+    assert default_build_root(start=project) == tmp_path / "given"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        ((3, BARE), {}, TypeError, r"name must be a str, got int: 3"),
+        (("no-dash", BARE), {}, ValueError, r"name must be a Python identifier.*'no-dash'"),
+        (("ok", ""), {}, ValueError, r"cpp_sources must hold some source code, got ''"),
+        (("ok", 5), {}, TypeError, r"cpp_sources must be a str or a sequence of str, got int"),
+        (("ok", BARE), {"functions": [1]}, TypeError, r"functions must be a str or a sequence"),
+        (("ok", BARE), {"wait_timeout": 0}, ValueError, r"wait_timeout must be > 0 seconds, got 0"),
+        (("ok", BARE), {"wait_timeout": "5"}, TypeError, r"wait_timeout must be a number"),
+        (("ok", BARE), {"build_root": 3}, TypeError, r"build_root must be a path"),
+    ],
+)
+def test_build_extension_rejects_bad_input(
+    args: tuple[object, ...], kwargs: dict[str, object], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        build_extension(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_stale_lock_checks_reject_a_non_path() -> None:
+    with pytest.raises(TypeError, match=r"build_directory must be a path"):
+        is_stale_lock(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"start must be a path"):
+        default_build_root(start=1.5)  # type: ignore[arg-type]
