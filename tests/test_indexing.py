@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from pytorch_memo.indexing import conv2d_as_matmul, explain_gather, plot_gather
@@ -156,7 +156,6 @@ def close_figures() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("close_figures")
-@settings(deadline=None)  # the first figure loads matplotlib's fonts
 @given(gather_cases(max_ndim=2))
 def test_plot_gather_draws_one_arrow_per_output_from_its_source(case: GatherCase) -> None:
     import matplotlib.pyplot as plt
@@ -193,7 +192,6 @@ pairs = st.one_of(st.integers(1, 3), st.tuples(st.integers(1, 3), st.integers(1,
 paddings = st.one_of(st.integers(0, 2), st.tuples(st.integers(0, 2), st.integers(0, 2)))
 
 
-@settings(deadline=None)  # the first conv2d call warms up its kernels
 @given(
     n=st.integers(1, 2),
     c=st.integers(1, 3),
