@@ -59,7 +59,7 @@ class BroadcastRow:
     shape: tuple[int, ...]
     aligned: tuple[int | None, ...]
     stretched: tuple[bool, ...]
-    """Per aligned dimension: the operand is repeated along it (size 1 or missing)."""
+    """Whether the operand is repeated along each aligned dimension (size 1 or missing)."""
 
     def cells(self) -> tuple[str, ...]:
         """The aligned sizes as display strings (``·`` missing, ``*`` stretched)."""

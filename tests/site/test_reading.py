@@ -1,0 +1,93 @@
+"""Reading comfort in a real browser: search, dark mode, copy buttons, cross-links,
+the generated status and API pages, and links from chapters to the helpers they use."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+import pytorch_memo
+from tests import bookfiles
+from tests.site.conftest import chapter_pages
+
+CHAPTERS = chapter_pages()
+
+
+def _url(site_url: str, notebook: Path) -> str:
+    return f"{site_url}/{notebook.relative_to(bookfiles.ROOT).with_suffix('.html')}"
+
+
+@pytest.mark.parametrize(
+    ("term", "chapter"), [("channels_last", "creation"), ("register_buffer", "buffers")]
+)
+def test_search_finds_the_chapter(page: Page, site_url: str, term: str, chapter: str) -> None:
+    page.goto(f"{site_url}/search.html?q={term}")
+    page.wait_for_selector("ul.search li a", timeout=15_000)
+    hits = page.eval_on_selector_all("ul.search li a", "els => els.map(e => e.href)")
+    assert any(f"/book/{chapter}.html" in hit for hit in hits), hits
+
+
+def test_dark_mode_keeps_figures_on_white(browser: Browser, site_url: str) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script("localStorage.setItem('theme', 'dark')")
+    page = context.new_page()
+    page.goto(f"{site_url}/book/creation.html")
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    figure = page.locator("article div.cell_output img").first
+    assert figure.evaluate("img => getComputedStyle(img).backgroundColor") == "rgb(255, 255, 255)"
+    text = page.locator("article p").first.evaluate("p => getComputedStyle(p).color")
+    assert text != "rgb(0, 0, 0)", "prose stayed black on a dark page"
+    context.close()
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_code_cells_have_copy_buttons(page: Page, site_url: str, notebook: Path) -> None:
+    page.goto(_url(site_url, notebook))
+    cells = page.locator("article div.cell_input").count()
+    assert cells == len(bookfiles.code_cells(bookfiles.load(notebook)))
+    assert page.locator("article div.cell_input button.copybtn").count() == cells
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_links_to_other_chapters_and_its_helpers(
+    page: Page, site_url: str, notebook: Path
+) -> None:
+    page.goto(_url(site_url, notebook))
+    body = page.locator("article section").first
+    hrefs = body.locator("a.reference.internal").evaluate_all(
+        "els => els.map(e => e.getAttribute('href'))"
+    )
+    others = {p.stem for p in CHAPTERS} - {notebook.stem}
+    assert any(h.split("#")[0].removesuffix(".html") in others for h in hrefs), hrefs
+    helpers = page.locator("#helpers-used-in-this-chapter a.reference.internal")
+    assert helpers.count() > 0
+    for href in helpers.evaluate_all("els => els.map(e => e.getAttribute('href'))"):
+        assert href.startswith("api.html#pytorch_memo."), href
+
+
+def test_status_page_shows_each_chapters_record(page: Page, site_url: str) -> None:
+    page.goto(f"{site_url}/book/status.html")
+    rows = page.locator("table.memo-status tbody tr")
+    assert rows.count() == len(CHAPTERS)
+    for i, notebook in enumerate(CHAPTERS):
+        record = bookfiles.load(notebook)["metadata"]["pytorch_memo"]
+        cells = rows.nth(i).locator("td").all_inner_texts()
+        assert cells[1] == record["executed"]
+        assert cells[3] == record["torch"]
+        assert cells[4] == record["device"]
+        assert cells[5] == str(record["gpu_cells"])
+
+
+def test_api_page_documents_every_public_helper(page: Page, site_url: str) -> None:
+    page.goto(f"{site_url}/book/api.html")
+    ids = set(page.eval_on_selector_all("[id]", "els => els.map(e => e.id)"))
+    for module in pkgutil.iter_modules(pytorch_memo.__path__):
+        if module.name.startswith("_"):
+            continue
+        imported = importlib.import_module(f"pytorch_memo.{module.name}")
+        for name in imported.__all__:
+            assert f"pytorch_memo.{module.name}.{name}" in ids, f"{module.name}.{name}"
