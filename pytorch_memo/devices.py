@@ -1,0 +1,80 @@
+"""Choosing a device at run time, so that one notebook runs on a laptop and on a GPU.
+
+Used by the chapter *Devices and distributed basics*. Nothing here asks the hardware
+at import time: :func:`pick_device` looks when it is called.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["pick_device"]
+
+
+def _available(device: torch.device) -> tuple[bool, str]:
+    """Whether ``device`` can hold tensors here, and why not when it cannot."""
+    kind = device.type
+    if kind in ("cpu", "meta"):
+        return True, ""
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = 0 if device.index is None else device.index
+        if index < count:
+            return True, ""
+        return False, f"torch.cuda.device_count() is {count}"
+    if kind == "mps":
+        if torch.backends.mps.is_available() and (device.index or 0) == 0:
+            return True, ""
+        return False, "torch.backends.mps.is_available() is False or the index is not 0"
+    return False, f"pick_device knows cpu, cuda, mps and meta, not {kind!r}"
+
+
+def pick_device(prefer: str | torch.device | None = None) -> torch.device:
+    """The device to compute on: ``prefer`` if it is usable here, else the best one.
+
+    With ``prefer=None`` the choice is ``cuda`` if CUDA is available, else ``mps``
+    (Apple GPUs) if available, else ``cpu``. With ``prefer`` given, that device is
+    returned if it exists on this machine, and an error says why otherwise; there is
+    no silent fallback, because running a "GPU" job on the CPU is a bug to report.
+
+    Args:
+        prefer: a device or a device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``,
+            ``"mps"``, ``"meta"``), or None for the automatic choice.
+
+    Returns:
+        A :class:`torch.device`.
+
+    Raises:
+        TypeError: ``prefer`` is neither a string, a device nor None.
+        ValueError: ``prefer`` is not a device string torch understands.
+        RuntimeError: ``prefer`` names a device this machine does not have.
+
+    Example:
+        >>> pick_device("cpu")
+        device(type='cpu')
+        >>> pick_device().type in ("cuda", "mps", "cpu")
+        True
+    """
+    if prefer is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    given: object = prefer  # checked at run time too: callers may not be typed
+    if not isinstance(given, str | torch.device):
+        msg = f"prefer must be a str, a torch.device or None, got {type(given).__name__}"
+        raise TypeError(msg)
+    try:
+        device = torch.device(prefer)
+    except RuntimeError as error:
+        msg = (
+            f"prefer={prefer!r} is not a device string: expected e.g. 'cpu', 'cuda', "
+            f"'cuda:0', 'mps' ({error})"
+        )
+        raise ValueError(msg) from None
+    ok, why = _available(device)
+    if not ok:
+        msg = f"prefer={prefer!r} is not available on this machine: {why}"
+        raise RuntimeError(msg)
+    return device

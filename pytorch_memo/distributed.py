@@ -1,0 +1,410 @@
+"""Run ``torch.distributed`` for real on one machine: a few CPU processes, ``gloo``.
+
+Used by the chapter *Devices and distributed basics*. :func:`run_workers` starts
+``world_size`` processes the way ``torchrun`` does (it sets ``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), joins the process group in each, calls
+a worker function there and hands back what every rank returned. The workers below are
+module-level functions so that the ``spawn`` start method can pickle them.
+
+Everything stays on ``127.0.0.1`` with a port chosen at run time, is bounded by a
+timeout, and ends with ``destroy_process_group``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pytorch_memo._checks import check_int
+
+__all__ = [
+    "ENV_VARS",
+    "all_reduce_sum",
+    "ddp_step",
+    "free_port",
+    "make_batch",
+    "make_model",
+    "rank_info",
+    "reference_step",
+    "run_torchrun",
+    "run_workers",
+]
+
+HOST = "127.0.0.1"
+ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""The variables ``torchrun`` sets in each process and ``init_process_group`` reads."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Returns:
+        The port number the operating system picked for a throwaway socket.
+
+    Example:
+        >>> 1024 <= free_port() <= 65535
+        True
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+_JOIN_ATTEMPTS = 3
+_JOINED, _JOIN_FAILED, _FAILED = "ok", "join failed", "failed"
+
+
+def _entry(
+    worker: Callable[..., Any],
+    args: tuple[Any, ...],
+    rank: int,
+    world_size: int,
+    port: int,
+    timeout: float,
+    results: Any,
+) -> None:
+    """Body of one started process: set torchrun's variables, join, work, leave."""
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),  # one machine: the rank on this machine is the rank
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR=HOST,
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", timeout=dt.timedelta(seconds=timeout))
+    except BaseException:  # noqa: BLE001 - any failure is reported to the parent
+        results.put((rank, _JOIN_FAILED, traceback.format_exc()))
+        return
+    try:
+        try:
+            value = worker(*args)
+        finally:
+            dist.destroy_process_group()
+        # Plain pickle copies tensors' bytes (torch.multiprocessing's reducers would
+        # share memory that vanishes when this process exits).
+        results.put((rank, _JOINED, pickle.dumps(value)))
+    except BaseException:  # noqa: BLE001 - any failure is reported to the parent
+        results.put((rank, _FAILED, traceback.format_exc()))
+
+
+def _context() -> Any:
+    """``forkserver`` where there is one (Linux, macOS): torch is imported once, in the
+    server, and each worker is forked from it in milliseconds; ``spawn`` elsewhere."""
+    if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - Windows
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    # DDP imports torch._dynamo on construction: do it once, in the server.
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", __name__])
+    return ctx
+
+
+def _launch(
+    worker: Callable[..., Any], args: tuple[Any, ...], world_size: int, deadline: float
+) -> dict[int, tuple[str, Any]]:
+    """Start the ranks once and collect their reports (all, or up to a failed join)."""
+    ctx = _context()
+    results = ctx.Queue()
+    port = free_port()
+    timeout = deadline - time.monotonic()
+    procs = [
+        ctx.Process(
+            target=_entry,
+            args=(worker, args, rank, world_size, port, timeout, results),
+            daemon=True,
+        )
+        for rank in range(world_size)
+    ]
+    for proc in procs:
+        proc.start()
+    got: dict[int, tuple[str, Any]] = {}
+    try:
+        while len(got) < world_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(world_size)) - set(got))
+                msg = f"ranks {missing} did not finish within the timeout"
+                raise TimeoutError(msg)
+            try:
+                rank, status, payload = results.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:  # a process died without reporting (killed, segfault)
+                    msg = f"a worker process exited with code {dead[0].exitcode}"
+                    raise RuntimeError(msg) from None
+                continue
+            got[rank] = (status, payload)
+            if status == _JOIN_FAILED:  # the others would wait for it: stop them all
+                break
+    finally:
+        for proc in procs:
+            proc.join(timeout=max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        results.close()
+    return got
+
+
+def run_workers(
+    worker: Callable[..., Any],
+    *args: Any,
+    world_size: int = 2,
+    timeout: float = 30.0,
+) -> list[Any]:
+    """Run ``worker(*args)`` in ``world_size`` fresh processes joined by ``gloo``.
+
+    Each process gets ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/
+    ``MASTER_PORT`` as ``torchrun`` would set them, calls
+    ``dist.init_process_group("gloo")`` (which reads them), runs the worker and calls
+    ``dist.destroy_process_group()``. Processes start fresh (``forkserver``, or
+    ``spawn``), so the worker must be importable: a function defined at module level in
+    a file, not in a notebook; a script that calls this needs the
+    ``if __name__ == "__main__":`` guard.
+
+    Joining the group on localhost occasionally fails with gloo's "Connection closed
+    by peer" (PyTorch's own gloo tests saw the same); such a failed join is retried
+    with a fresh port, up to three attempts in all, within ``timeout``.
+
+    Args:
+        worker: a module-level function; it finds its rank with ``dist.get_rank()``.
+        *args: positional arguments for ``worker`` (picklable).
+        world_size: how many processes (ranks), at least 1.
+        timeout: seconds for the whole run, also each collective's timeout.
+
+    Returns:
+        What each rank returned, indexed by rank.
+
+    Raises:
+        TypeError: ``world_size`` is not an int, or ``worker`` cannot be pickled.
+        ValueError: ``world_size`` < 1 or ``timeout`` is not positive.
+        RuntimeError: a rank raised (the message holds its traceback), or every
+            attempt to join failed.
+        TimeoutError: the ranks did not all finish within ``timeout`` (they are killed).
+
+    Example:
+        >>> run_workers(rank_info, world_size=2)[1]["rank"]
+        1
+    """
+    check_int("world_size", world_size, minimum=1)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        msg = f"timeout must be a positive number of seconds, got {timeout!r}"
+        raise ValueError(msg)
+    try:
+        pickle.dumps(worker)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        msg = (
+            f"worker must be a module-level function that pickle can send to another "
+            f"process, got {worker!r} ({error})"
+        )
+        raise TypeError(msg) from None
+    deadline = time.monotonic() + timeout
+    for _ in range(_JOIN_ATTEMPTS):
+        got = _launch(worker, args, world_size, deadline)
+        if all(status != _JOIN_FAILED for status, _ in got.values()):
+            break
+    failed = {r: p for r, (status, p) in got.items() if status != _JOINED}
+    if failed:
+        report = "\n".join(f"rank {r} of {world_size}: {got[r][0]}:\n{failed[r]}" for r in failed)
+        raise RuntimeError(report)
+    return [pickle.loads(got[r][1]) for r in range(world_size)]
+
+
+def rank_info() -> dict[str, Any]:
+    """Worker: what this process knows about itself once the group is joined.
+
+    Returns:
+        ``rank``, ``world_size`` and ``backend`` from ``torch.distributed``, and the
+        variables of :data:`ENV_VARS` as this process sees them.
+
+    Example:
+        >>> info = run_workers(rank_info, world_size=2)
+        >>> [i["rank"] for i in info], info[0]["world_size"], info[0]["backend"]
+        ([0, 1], 2, 'gloo')
+    """
+    return {
+        "rank": dist.get_rank(),
+        "world_size": dist.get_world_size(),
+        "backend": dist.get_backend(),
+        "env": {name: os.environ.get(name) for name in ENV_VARS},
+    }
+
+
+def all_reduce_sum() -> tuple[torch.Tensor, torch.Tensor]:
+    """Worker: rank ``r`` holds ``[r + 1, 10 * (r + 1)]``; ``all_reduce`` sums them.
+
+    Returns:
+        The tensor before and after ``dist.all_reduce(..., op=SUM)``; after it, every
+        rank holds the same sum, in place.
+
+    Example:
+        >>> [after.tolist() for _, after in run_workers(all_reduce_sum, world_size=3)]
+        [[6.0, 60.0], [6.0, 60.0], [6.0, 60.0]]
+    """
+    rank = dist.get_rank()
+    tensor = torch.tensor([rank + 1.0, 10.0 * (rank + 1)])
+    before = tensor.clone()
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)  # in place
+    return before, tensor
+
+
+def make_model(seed: int) -> nn.Module:
+    """The tiny float64 regression model of the DDP example, initialised from ``seed``.
+
+    Example:
+        >>> sum(p.numel() for p in make_model(0).parameters())
+        37
+    """
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 1)).double()
+
+
+def make_batch(seed: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs ``(batch_size, 4)`` and targets ``(batch_size, 1)``, float64, from ``seed``.
+
+    Example:
+        >>> [t.shape for t in make_batch(0, 8)]
+        [torch.Size([8, 4]), torch.Size([8, 1])]
+    """
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, 4, generator=gen, dtype=torch.float64)
+    y = torch.randn(batch_size, 1, generator=gen, dtype=torch.float64)
+    return x, y
+
+
+def _step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> dict[str, Any]:
+    loss = nn.functional.mse_loss(model(x), y)
+    torch.autograd.backward(loss)
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    grads = {n: p.grad.detach().clone() for n, p in inner.named_parameters() if p.grad is not None}
+    with torch.no_grad():
+        for p in inner.parameters():
+            if p.grad is not None:
+                p -= lr * p.grad
+    params = {n: p.detach().clone() for n, p in inner.named_parameters()}
+    return {"loss": loss.item(), "grads": grads, "params": params}
+
+
+def ddp_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
+    """Worker: one SGD step of :func:`make_model` under ``DistributedDataParallel``.
+
+    Every rank builds the model from the same seed (DDP would broadcast rank 0's
+    weights anyway), takes its own contiguous shard of the batch, and calls
+    ``backward``; DDP averages the gradients over the ranks during ``backward``.
+
+    Args:
+        seed: seeds the model and the batch.
+        batch_size: the global batch; must divide evenly by the world size.
+        lr: the SGD learning rate.
+
+    Returns:
+        ``rank``, the rank's local ``loss``, its ``grads`` and ``params`` after the step
+        (dicts by parameter name).
+
+    Raises:
+        ValueError: ``batch_size`` does not divide evenly by the world size.
+
+    Example:
+        >>> a, b = run_workers(ddp_step, 0, 8, world_size=2)
+        >>> all(torch.equal(a["grads"][n], b["grads"][n]) for n in a["grads"])
+        True
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if batch_size % world:
+        msg = f"batch_size must be a multiple of the world size {world}, got {batch_size}"
+        raise ValueError(msg)
+    model = nn.parallel.DistributedDataParallel(make_model(seed))
+    x, y = make_batch(seed, batch_size)
+    shard = slice(rank * batch_size // world, (rank + 1) * batch_size // world)
+    return {"rank": rank, **_step(model, x[shard], y[shard], lr)}
+
+
+def reference_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
+    """The same step as :func:`ddp_step` in one process, on the whole batch.
+
+    Returns:
+        ``loss`` over the whole batch, ``grads`` and ``params`` after the step.
+
+    Example:
+        >>> sorted(reference_step(0, 8)["grads"])
+        ['0.bias', '0.weight', '2.bias', '2.weight']
+    """
+    check_int("batch_size", batch_size, minimum=1)
+    x, y = make_batch(seed, batch_size)
+    return _step(make_model(seed), x, y, lr)
+
+
+def run_torchrun(*, nproc: int = 2, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Launch ``python -m torch.distributed.run`` (``torchrun``) on this module.
+
+    ``torchrun --nproc-per-node NPROC --master-addr 127.0.0.1 --master-port PORT -m
+    pytorch_memo.distributed`` starts ``nproc`` processes; each joins a ``gloo`` group
+    from the variables torchrun set and rank 0 prints what every rank saw.
+
+    Args:
+        nproc: processes to start, at least 1.
+        timeout: seconds before the launcher is killed.
+
+    Returns:
+        :func:`rank_info` of every rank, indexed by rank.
+
+    Raises:
+        TypeError: ``nproc`` is not an int.
+        ValueError: ``nproc`` < 1.
+        RuntimeError: torchrun failed; the message ends with its stderr.
+        subprocess.TimeoutExpired: it ran past ``timeout``.
+
+    Example:
+        >>> [r["env"]["LOCAL_RANK"] for r in run_torchrun(nproc=2)]
+        ['0', '1']
+    """
+    check_int("nproc", nproc, minimum=1)
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nproc-per-node", str(nproc),
+        "--master-addr", HOST, "--master-port", str(free_port()),
+        "-m", "pytorch_memo.distributed",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        command, check=False, capture_output=True, text=True, timeout=timeout, env=env
+    )
+    if done.returncode != 0:
+        msg = f"torchrun exited with {done.returncode}:\n{done.stderr[-2000:]}"
+        raise RuntimeError(msg)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    ranks: list[dict[str, Any]] = json.loads(lines[-1])
+    return ranks
+
+
+def _main() -> None:
+    """What each process runs under torchrun: join, gather :func:`rank_info`, print."""
+    dist.init_process_group("gloo", timeout=dt.timedelta(seconds=30))
+    try:
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, rank_info())
+        if dist.get_rank() == 0:
+            print(json.dumps(gathered), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _main()
