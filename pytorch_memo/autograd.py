@@ -29,7 +29,7 @@ class GraphNode:
     """One node of the backward graph.
 
     Attributes:
-        index: position in :attr:`AutogradGraph.nodes` (the root is 0).
+        index: position in ``AutogradGraph.nodes`` (the root is 0).
         name: the node's class name, e.g. ``"MulBackward0"`` or ``"AccumulateGrad"``.
         variable: for an ``AccumulateGrad`` node, the leaf tensor whose ``.grad`` it
             fills; ``None`` for every other node.

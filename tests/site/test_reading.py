@@ -33,12 +33,13 @@ def test_search_finds_the_chapter(page: Page, site_url: str, term: str, chapter:
 
 def test_dark_mode_keeps_figures_on_white(browser: Browser, site_url: str) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.add_init_script("localStorage.setItem('theme', 'dark')")
+    context.add_init_script("localStorage.setItem('mode', 'dark')")
     page = context.new_page()
     page.goto(f"{site_url}/book/creation.html")
     assert page.evaluate("document.documentElement.dataset.theme") == "dark"
     figure = page.locator("article div.cell_output img").first
     assert figure.evaluate("img => getComputedStyle(img).backgroundColor") == "rgb(255, 255, 255)"
+    assert figure.evaluate("img => getComputedStyle(img).filter") == "none"
     text = page.locator("article p").first.evaluate("p => getComputedStyle(p).color")
     assert text != "rgb(0, 0, 0)", "prose stayed black on a dark page"
     context.close()
