@@ -122,7 +122,8 @@ def book(session: nox.Session) -> None:
 @nox.session
 def site(session: nox.Session) -> None:
     """Build the book and check its pages in headless Chromium."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    names = ("chromium", "chromium-browser", "google-chrome")
+    chromium = os.environ.get("MEMO_CHROMIUM") or next(filter(None, map(shutil.which, names)), None)
     if chromium is None:
         msg = "chromium is not installed (Debian: apt-get install -y chromium)"
         if os.environ.get("CI"):
