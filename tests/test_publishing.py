@@ -13,7 +13,9 @@ ROOT = bookfiles.ROOT
 
 
 def _workflow(name: str) -> dict[object, object]:
-    loaded: dict[object, object] = yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
+    loaded: dict[object, object] = yaml.safe_load(
+        (ROOT / ".github" / "workflows" / name).read_text()
+    )
     return loaded
 
 
@@ -40,8 +42,12 @@ def test_readme_launch_links_use_the_configured_repository() -> None:
     links = re.findall(r"<(https://[^>]+)>", readme)
     binder = [link for link in links if "mybinder.org" in link]
     colab = [link for link in links if "colab.research.google.com" in link]
-    assert binder == [f"https://mybinder.org/v2/gh/{repo}/{branch}?urlpath=lab/tree/book/creation.ipynb"]
-    assert colab == [f"https://colab.research.google.com/github/{repo}/blob/{branch}/book/creation.ipynb"]
+    assert binder == [
+        f"https://mybinder.org/v2/gh/{repo}/{branch}?urlpath=lab/tree/book/creation.ipynb"
+    ]
+    assert colab == [
+        f"https://colab.research.google.com/github/{repo}/blob/{branch}/book/creation.ipynb"
+    ]
     for link in binder + colab:
         assert (ROOT / link.rsplit("/", 2)[-2] / link.rsplit("/", 1)[-1]).exists()
 
@@ -55,7 +61,8 @@ def test_ci_workflow_runs_the_test_command() -> None:
 def test_gpu_workflow_runs_on_a_gpu_runner() -> None:
     workflow = _workflow("gpu.yml")
     job = workflow["jobs"]["gpu"]  # type: ignore[index]
-    assert "gpu" in job["runs-on"] and "self-hosted" in job["runs-on"]
+    assert "gpu" in job["runs-on"]
+    assert "self-hosted" in job["runs-on"]
     assert "nox -s gpu" in _run_lines(workflow)
 
 
@@ -63,6 +70,8 @@ def test_pages_workflow_publishes_the_built_book() -> None:
     workflow = _workflow("pages.yml")
     assert "nox -s book" in _run_lines(workflow)
     steps = workflow["jobs"]["build"]["steps"]  # type: ignore[index]
-    upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-pages-artifact"))
+    upload = next(
+        s for s in steps if str(s.get("uses", "")).startswith("actions/upload-pages-artifact")
+    )
     assert upload["with"]["path"] == "_build/html"
     assert workflow["permissions"]["pages"] == "write"  # type: ignore[index]

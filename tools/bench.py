@@ -24,7 +24,7 @@ from execute import run_cells
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.bookfiles import setup_cell_source  # noqa: E402
+from tests.bookfiles import setup_cell_source
 
 WORK = ROOT / "_build" / "bench"
 NBVAL = [
@@ -36,7 +36,11 @@ NBVAL = [
 
 def bare_notebook() -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "language": "python",
+        "display_name": "Python 3",
+    }
     nb.cells = [
         nbformat.v4.new_code_cell(setup_cell_source()),
         nbformat.v4.new_code_cell("import torch"),

@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 from docutils import nodes
+from docutils.statemachine import StringList
 from sphinx import addnodes
 from sphinx.application import Sphinx
-from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
@@ -132,7 +132,15 @@ class StatusDirective(SphinxDirective):
                     gpu_text,
                 ]
             )
-        headers = ["chapter", "last executed", "time", "torch", "device", "GPU cells", "GPU cells last ran"]
+        headers = [
+            "chapter",
+            "last executed",
+            "time",
+            "torch",
+            "device",
+            "GPU cells",
+            "GPU cells last ran",
+        ]
         return [_table(headers, rows)]
 
 
