@@ -1,0 +1,250 @@
+"""Cross entropy written out, and sampling checked against its probabilities.
+
+Used by the chapter *Losses and sampling*. :func:`cross_entropy_by_hand` spells out the
+formula that ``torch.nn.functional.cross_entropy`` computes (class weights,
+``ignore_index``, ``label_smoothing``, every input shape) so the chapter can compare the
+two; :func:`check_frequencies` draws from ``torch.multinomial`` and says how far the
+observed frequencies may stray from the probabilities.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from pytorch_memo._checks import check_int, check_tensor
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = ["FrequencyCheck", "check_frequencies", "cross_entropy_by_hand", "plot_distributions"]
+
+Reduction = Literal["mean", "sum", "none"]
+
+
+def _check_args(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None,
+    ignore_index: int,
+    label_smoothing: float,
+    reduction: str,
+) -> bool:
+    """Validate; return whether ``target`` holds class probabilities."""
+    check_tensor("input", input)
+    check_tensor("target", target)
+    if input.dim() == 0 or not input.is_floating_point():
+        msg = f"input must be floating point logits of shape (C), (N, C) or (N, C, d1, ...), got {input.dtype} of shape {tuple(input.shape)}"
+        raise ValueError(msg)
+    classes = input.shape[0] if input.dim() == 1 else input.shape[1]
+    probabilities = target.is_floating_point()
+    if probabilities and target.shape != input.shape:
+        msg = f"target of probabilities must have input's shape {tuple(input.shape)}, got {tuple(target.shape)}"
+        raise ValueError(msg)
+    if probabilities and ignore_index != -100:
+        msg = f"ignore_index applies to class indices only; with a target of probabilities it must stay -100, got {ignore_index}"
+        raise ValueError(msg)
+    if not probabilities:
+        expected = () if input.dim() == 1 else (input.shape[0], *input.shape[2:])
+        if tuple(target.shape) != expected:
+            msg = f"target of class indices must have shape {expected} for input of shape {tuple(input.shape)}, got {tuple(target.shape)}"
+            raise ValueError(msg)
+    if weight is not None:
+        check_tensor("weight", weight)
+        if weight.shape != (classes,):
+            msg = f"weight must have shape ({classes},), one per class, got {tuple(weight.shape)}"
+            raise ValueError(msg)
+    if not 0.0 <= label_smoothing <= 1.0:
+        msg = f"label_smoothing must be in [0, 1], got {label_smoothing}"
+        raise ValueError(msg)
+    if reduction not in ("mean", "sum", "none"):
+        msg = f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+        raise ValueError(msg)
+    return probabilities
+
+
+def cross_entropy_by_hand(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: Reduction = "mean",
+) -> torch.Tensor:
+    """``F.cross_entropy`` computed from its formula, step by step.
+
+    With ``log_p = log_softmax(input)`` over the class dimension (dim 0 for an
+    unbatched ``(C)`` input, else dim 1), ``C`` classes and ``w`` the class weights (all 1
+    by default):
+
+    - **class indices** ``y``: each position's loss is ``-w[y] * log_p[y]``, 0 where
+      ``y == ignore_index``. ``"mean"`` divides the sum by the **sum of the weights of
+      the targets that count**, not by their number. With ``label_smoothing=e`` the loss
+      is ``(1 - e) * that + e / C * smooth``, where ``smooth`` is
+      ``-sum_c w[c] * log_p[c]`` reduced the same way.
+    - **class probabilities** ``q`` (a float target shaped like ``input``): each
+      position's loss is ``-sum_c w[c] * q'[c] * log_p[c]`` with
+      ``q' = (1 - e) * q + e / C``; ``"mean"`` divides by the number of positions.
+
+    Args:
+        input: logits of shape ``(C)``, ``(N, C)`` or ``(N, C, d1, ..., dk)``.
+        target: class indices of shape ``()``, ``(N)`` or ``(N, d1, ..., dk)``, or
+            class probabilities shaped like ``input``.
+        weight: one weight per class, shape ``(C,)``.
+        ignore_index: a class index whose positions count for nothing (class indices
+            only: torch refuses any other value than -100 with probabilities).
+        label_smoothing: ``e`` in ``[0, 1]``.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Returns:
+        The loss: a scalar, or one value per position for ``"none"``.
+
+    Raises:
+        TypeError: ``input``, ``target`` or ``weight`` is not a tensor.
+        ValueError: a shape does not match, or an option is out of range.
+
+    Example:
+        >>> import torch, torch.nn.functional as F
+        >>> x, y = torch.tensor([[2.0, 0.0, -1.0]]), torch.tensor([0])
+        >>> w = torch.tensor([0.5, 1.0, 2.0])
+        >>> by_hand = cross_entropy_by_hand(x, y, weight=w, label_smoothing=0.1)
+        >>> torch.allclose(by_hand, F.cross_entropy(x, y, weight=w, label_smoothing=0.1))
+        True
+    """
+    probabilities = _check_args(input, target, weight, ignore_index, label_smoothing, reduction)
+    unbatched = input.dim() == 1
+    if unbatched:
+        input, target = input.unsqueeze(0), target.unsqueeze(0)
+    classes = input.shape[1]
+    log_p = torch.log_softmax(input, dim=1).movedim(1, -1)  # (N, d..., C)
+    w = torch.ones(classes, dtype=log_p.dtype) if weight is None else weight.to(log_p.dtype)
+    e = label_smoothing
+    if probabilities:
+        q = target.movedim(1, -1).to(log_p.dtype) * (1 - e) + e / classes
+        per = -(w * q * log_p).sum(-1)  # (N, d...)
+        total = per.sum() if reduction == "sum" else per.mean()
+    else:
+        keep = target != ignore_index
+        safe = torch.where(keep, target, 0)
+        w_y = w[safe] * keep  # weight of each position's target, 0 where ignored
+        nll = -log_p.gather(-1, safe.unsqueeze(-1)).squeeze(-1) * w_y
+        smooth = -(w * log_p).sum(-1) * keep
+        per = (1 - e) * nll + e / classes * smooth
+        total = per.sum() if reduction == "sum" else per.sum() / w_y.sum()
+    if reduction == "none":
+        return per.squeeze(0) if unbatched else per
+    return total
+
+
+@dataclass(frozen=True)
+class FrequencyCheck:
+    """What :func:`check_frequencies` found: per class, expected vs observed."""
+
+    expected: torch.Tensor
+    """The probabilities: the weights divided by their sum."""
+    observed: torch.Tensor
+    """The fraction of draws that gave each class."""
+    tolerance: torch.Tensor
+    """``sigmas`` binomial standard deviations: ``sigmas * sqrt(p (1 - p) / n)``."""
+
+    @property
+    def ok(self) -> bool:
+        """Every class within its tolerance."""
+        return bool(((self.observed - self.expected).abs() <= self.tolerance).all())
+
+
+def check_frequencies(
+    weights: torch.Tensor, *, num_samples: int, seed: int, sigmas: float = 6.0
+) -> FrequencyCheck:
+    """Draw ``num_samples`` classes with ``torch.multinomial`` and compare frequencies.
+
+    The count of class ``c`` in ``n`` independent draws is binomial with mean ``n p``
+    and standard deviation ``sqrt(n p (1 - p))``, so its frequency strays from ``p`` by
+    more than ``sigmas`` of those standard deviations with a probability below
+    ``2 * Phi(-sigmas)`` (about 2e-9 per class for 6). The seed fixes the draw anyway.
+
+    Args:
+        weights: non-negative weights of shape ``(C,)`` (need not sum to 1).
+        num_samples: how many draws, with replacement; at least 1.
+        seed: seeds the generator of the draw.
+        sigmas: the tolerance in standard deviations, positive.
+
+    Returns:
+        A :class:`FrequencyCheck`.
+
+    Raises:
+        TypeError: ``weights`` is not a tensor, or ``num_samples``/``seed`` not an int.
+        ValueError: ``weights`` is not 1-D, or ``num_samples`` or ``sigmas`` too small.
+
+    Example:
+        >>> import torch
+        >>> check = check_frequencies(torch.tensor([1.0, 3.0]), num_samples=10_000, seed=0)
+        >>> check.expected.tolist(), check.ok
+        ([0.25, 0.75], True)
+    """
+    check_tensor("weights", weights)
+    if weights.dim() != 1:
+        msg = f"weights must be 1-D (one weight per class), got shape {tuple(weights.shape)}"
+        raise ValueError(msg)
+    check_int("num_samples", num_samples, minimum=1)
+    check_int("seed", seed)
+    if not sigmas > 0:
+        msg = f"sigmas must be positive, got {sigmas}"
+        raise ValueError(msg)
+    gen = torch.Generator().manual_seed(seed)
+    draws = torch.multinomial(weights, num_samples, replacement=True, generator=gen)
+    p = weights.double() / weights.double().sum()
+    observed = torch.bincount(draws, minlength=weights.numel()).double() / num_samples
+    tolerance = sigmas * torch.sqrt(p * (1 - p) / num_samples)
+    return FrequencyCheck(expected=p, observed=observed, tolerance=tolerance)
+
+
+def plot_distributions(
+    rows: dict[str, torch.Tensor], *, ax: Axes | None = None, title: str = ""
+) -> Axes:
+    """Grouped bars: one group per class, one bar per named distribution.
+
+    Args:
+        rows: label -> 1-D probabilities, all of the same length.
+        ax: where to draw; a new figure when None.
+        title: the axes' title.
+
+    Returns:
+        The axes drawn on.
+
+    Raises:
+        ValueError: ``rows`` is empty, or the distributions differ in length.
+
+    Example:
+        >>> import torch
+        >>> ax = plot_distributions({"a": torch.tensor([0.5, 0.5])})
+        >>> len(ax.patches)
+        2
+    """
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        msg = "rows must hold at least one distribution, got an empty dict"
+        raise ValueError(msg)
+    sizes = {label: tuple(p.shape) for label, p in rows.items()}
+    if len({*sizes.values()}) != 1 or len(next(iter(sizes.values()))) != 1:
+        msg = f"rows must all be 1-D of one length, got shapes {sizes}"
+        raise ValueError(msg)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 2.5), layout="constrained")
+    width = 0.8 / len(rows)
+    for i, (label, p) in enumerate(rows.items()):
+        xs = [c + (i - (len(rows) - 1) / 2) * width for c in range(p.numel())]
+        ax.bar(xs, p.detach().cpu().double().tolist(), width=width, label=label)
+    ax.set_xticks(range(next(iter(rows.values())).numel()))
+    ax.set_xlabel("class")
+    ax.set_ylabel("probability")
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    ax.set_ylim(0, max(1e-9, math.ceil(max(float(p.max()) for p in rows.values()) * 10) / 10))
+    return ax

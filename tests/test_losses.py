@@ -1,0 +1,169 @@
+"""pytorch_memo.losses against torch.nn.functional.cross_entropy and torch.multinomial."""
+
+from __future__ import annotations
+
+import matplotlib as mpl
+
+mpl.use("Agg")
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytorch_memo.losses import check_frequencies, cross_entropy_by_hand, plot_distributions
+
+
+@st.composite
+def cross_entropy_cases(draw: st.DrawFn) -> dict[str, object]:
+    """Input of shape (C), (N, C) or (N, C, d1, ..., dk), a matching target and options."""
+    classes = draw(st.integers(1, 5))
+    kind = draw(st.sampled_from(["unbatched", "batched", "spatial"]))
+    batch = draw(st.integers(1, 3))
+    spatial = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
+    shape = {
+        "unbatched": (classes,),
+        "batched": (batch, classes),
+        "spatial": (batch, classes, *spatial),
+    }[kind]
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    x = torch.randn(shape, generator=gen, dtype=torch.float64) * draw(st.sampled_from([1, 5]))
+    class_dim = 0 if kind == "unbatched" else 1
+    probabilities = draw(st.booleans())
+    if probabilities:
+        target = torch.softmax(torch.randn(shape, generator=gen, dtype=torch.float64), class_dim)
+    else:
+        t_shape = () if kind == "unbatched" else (shape[0], *shape[2:])
+        target = torch.randint(0, classes, t_shape, generator=gen)
+    weight = (
+        torch.rand(classes, generator=gen, dtype=torch.float64) + 0.05
+        if draw(st.booleans())
+        else None
+    )
+    return {
+        "input": x,
+        "target": target,
+        "weight": weight,
+        "ignore_index": -100 if probabilities else draw(st.sampled_from([-100, 0, classes - 1])),
+        "label_smoothing": draw(st.sampled_from([0.0, 0.1, 0.5, 1.0])),
+        "reduction": draw(st.sampled_from(["mean", "sum", "none"])),
+    }
+
+
+@given(cross_entropy_cases())
+def test_by_hand_matches_torch(case: dict[str, object]) -> None:
+    ours = cross_entropy_by_hand(**case)  # type: ignore[arg-type]
+    theirs = F.cross_entropy(**case)  # type: ignore[arg-type]
+    assert ours.shape == theirs.shape
+    torch.testing.assert_close(ours, theirs, equal_nan=True)  # all ignored: 0/0 in both
+
+
+@given(cross_entropy_cases())
+def test_float32_input_matches_too(case: dict[str, object]) -> None:
+    case = {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in case.items()}  # fmt: skip
+    torch.testing.assert_close(
+        cross_entropy_by_hand(**case),  # type: ignore[arg-type]
+        F.cross_entropy(**case),  # type: ignore[arg-type]
+        equal_nan=True,
+    )
+
+
+def test_weighted_mean_divides_by_the_targets_weights() -> None:
+    x = torch.zeros(3, 2)  # every log-probability is log(1/2)
+    y = torch.tensor([0, 0, 1])
+    w = torch.tensor([1.0, 4.0])
+    expected = (1 + 1 + 4) * torch.log(torch.tensor(2.0)) / (1 + 1 + 4)
+    torch.testing.assert_close(cross_entropy_by_hand(x, y, weight=w), expected)
+    torch.testing.assert_close(F.cross_entropy(x, y, weight=w), expected)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"input": [1.0], "target": torch.tensor(0)}, TypeError, "input must be a torch.Tensor"),
+        ({"input": torch.tensor(1.0), "target": torch.tensor(0)}, ValueError, "input must be floating point logits"),
+        ({"input": torch.zeros(2, 3, dtype=torch.int64), "target": torch.zeros(2, dtype=torch.int64)}, ValueError, "floating point"),
+        ({"input": torch.zeros(2, 3), "target": torch.zeros(3, dtype=torch.int64)}, ValueError, r"target of class indices must have shape \(2,\)"),
+        ({"input": torch.zeros(2, 3), "target": torch.zeros(2, 4)}, ValueError, r"target of probabilities must have input's shape \(2, 3\)"),
+        ({"input": torch.zeros(2, 3), "target": torch.zeros(2, dtype=torch.int64), "weight": torch.ones(2)}, ValueError, r"weight must have shape \(3,\)"),
+        ({"input": torch.zeros(2, 3), "target": torch.zeros(2, dtype=torch.int64), "label_smoothing": 1.5}, ValueError, r"label_smoothing must be in \[0, 1\], got 1.5"),
+        ({"input": torch.zeros(2, 3), "target": torch.zeros(2, 3), "ignore_index": 0}, ValueError, "ignore_index applies to class indices only.* got 0"),
+        ({"input": torch.zeros(2, 3), "target": torch.zeros(2, dtype=torch.int64), "reduction": "avg"}, ValueError, "reduction must be 'mean', 'sum' or 'none', got 'avg'"),
+    ],
+)  # fmt: skip
+def test_bad_input(kwargs: dict[str, object], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        cross_entropy_by_hand(**kwargs)  # type: ignore[arg-type]
+    if error is ValueError and "input" in kwargs and "probabilities" not in match:
+        with pytest.raises((ValueError, RuntimeError)):  # torch refuses these too
+            F.cross_entropy(**kwargs)  # type: ignore[arg-type]
+
+
+@given(
+    st.lists(st.floats(0.0, 10.0), min_size=1, max_size=6).filter(lambda w: sum(w) > 0.1),
+    st.integers(0, 2**31 - 1),
+)
+def test_frequencies_within_six_sigma(weights: list[float], seed: int) -> None:
+    check = check_frequencies(torch.tensor(weights), num_samples=4000, seed=seed)
+    total = sum(weights)
+    torch.testing.assert_close(check.expected, torch.tensor([w / total for w in weights]).double())
+    assert check.observed.sum().item() == pytest.approx(1.0)
+    assert check.ok
+    assert (check.observed[check.expected == 0] == 0).all()  # zero weight: never drawn
+
+
+def test_frequencies_match_multinomial_itself() -> None:
+    weights = torch.tensor([1.0, 2.0, 7.0])
+    check = check_frequencies(weights, num_samples=500, seed=3)
+    draws = torch.multinomial(
+        weights, 500, replacement=True, generator=torch.Generator().manual_seed(3)
+    )
+    torch.testing.assert_close(check.observed, torch.bincount(draws, minlength=3).double() / 500)
+    torch.testing.assert_close(
+        check.tolerance, 6 * (check.expected * (1 - check.expected) / 500).sqrt()
+    )
+
+
+def test_a_wrong_distribution_fails_the_check() -> None:
+    check = check_frequencies(torch.tensor([1.0, 1.0]), num_samples=10_000, seed=0)
+    wrong = type(check)(torch.tensor([0.3, 0.7]).double(), check.observed, check.tolerance)
+    assert not wrong.ok
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        ((torch.ones(2, 2),), {"num_samples": 10, "seed": 0}, ValueError, r"weights must be 1-D .* got shape \(2, 2\)"),
+        (([1.0, 2.0],), {"num_samples": 10, "seed": 0}, TypeError, "weights must be a torch.Tensor"),
+        ((torch.ones(2),), {"num_samples": 0, "seed": 0}, ValueError, "num_samples must be >= 1, got 0"),
+        ((torch.ones(2),), {"num_samples": 10, "seed": 0.5}, TypeError, "seed must be an int"),
+        ((torch.ones(2),), {"num_samples": 10, "seed": 0, "sigmas": 0}, ValueError, "sigmas must be positive, got 0"),
+    ],
+)  # fmt: skip
+def test_check_frequencies_bad_input(
+    args: tuple[object, ...], kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        check_frequencies(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_plot_distributions_draws_one_bar_per_class_and_row() -> None:
+    ax = plot_distributions(
+        {"a": torch.tensor([0.2, 0.8]), "b": torch.tensor([0.5, 0.5])}, title="t"
+    )
+    heights = sorted(round(p.get_height(), 6) for p in ax.patches)  # type: ignore[attr-defined]
+    assert heights == [0.2, 0.5, 0.5, 0.8]
+    assert ax.get_title() == "t"
+    plt.close("all")
+
+
+@pytest.mark.parametrize(
+    ("rows", "match"),
+    [({}, "at least one distribution"), ({"a": torch.ones(2), "b": torch.ones(3)}, "one length")],
+)
+def test_plot_distributions_bad_input(rows: dict[str, torch.Tensor], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        plot_distributions(rows)
