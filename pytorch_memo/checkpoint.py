@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 FORMAT = "pytorch_memo.checkpoint/1"
+"""The tag every checkpoint carries under ``"format"``; :func:`load_checkpoint` checks it."""
 _ZIP_MAGIC = b"PK\x03\x04"
 _SHOWN_KEYS = 5
 

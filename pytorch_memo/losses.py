@@ -101,7 +101,7 @@ def cross_entropy_by_hand(
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
 
     Returns:
-        The loss: a scalar, or one value per position for ``"none"``.
+        A scalar loss, or one value per position for ``"none"``.
 
     Raises:
         TypeError: ``input``, ``target`` or ``weight`` is not a tensor.
@@ -145,7 +145,7 @@ class FrequencyCheck:
     """What :func:`check_frequencies` found: per class, expected vs observed."""
 
     expected: torch.Tensor
-    """The probabilities: the weights divided by their sum."""
+    """The probabilities, i.e. the weights divided by their sum."""
     observed: torch.Tensor
     """The fraction of draws that gave each class."""
     tolerance: torch.Tensor
