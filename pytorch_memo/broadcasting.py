@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pytorch_memo._checks import check_int
+from pytorch_memo._table import named_arguments, text_table
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -83,17 +84,8 @@ class BroadcastTable:
         return [head, *body, ("result", *map(str, self.result))]
 
     def __str__(self) -> str:
-        lines = self._lines()
-        widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-        text = [
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(line, widths, strict=True))
-            ).rstrip()
-            for line in lines
-        ]
         legend = f"({MISSING} no such dimension, {STRETCHED} size 1 repeated to the result's size)"
-        return "\n".join([*text, legend])
+        return text_table(self._lines(), align_right=True) + "\n" + legend
 
     def __repr__(self) -> str:
         return str(self)
@@ -138,12 +130,7 @@ def _shape_of(name: str, operand: Any) -> tuple[int, ...]:
 def _operands(
     operands: tuple[Any, ...], named: dict[str, Any]
 ) -> list[tuple[str, tuple[int, ...]]]:
-    items = [(f"arg{i}", op) for i, op in enumerate(operands)]
-    for name, _ in items:
-        if name in named:
-            msg = f"keyword {name!r} clashes with the name of positional argument {name}"
-            raise ValueError(msg)
-    items += list(named.items())
+    items = named_arguments(operands, named, prefix="arg")
     if not items:
         msg = "expected at least one shape or tensor, got none"
         raise ValueError(msg)

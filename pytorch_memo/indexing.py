@@ -8,7 +8,6 @@ which element of the input each output element of ``torch.gather`` comes from,
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from pytorch_memo._checks import check_int, check_tensor
+from pytorch_memo._table import html_table, text_table
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -99,28 +99,16 @@ class GatherExplanation:
 
     def __str__(self) -> str:
         rows, hidden = self._rows()
-        table = [_HEADERS, *rows]
-        widths = [max(len(r[i]) for r in table) for i in range(len(_HEADERS))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table]
-        if hidden:
-            lines.append(f"... {hidden} more rows")
-        return "\n".join(line.rstrip() for line in lines)
+        more = f"\n... {hidden} more rows" if hidden else ""
+        return text_table([_HEADERS, *rows]) + more
 
     def __repr__(self) -> str:
         return str(self)
 
     def _repr_html_(self) -> str:
         rows, hidden = self._rows()
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in _HEADERS)
-        body = "".join(
-            "<tr>" + "".join(f"<td><code>{html.escape(c)}</code></td>" for c in row) + "</tr>"
-            for row in rows
-        )
         more = f"<p>... {hidden} more rows</p>" if hidden else ""
-        return (
-            f'<table class="memo-gather"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>{more}"
-        )
+        return html_table(_HEADERS, rows, css_class="memo-gather", code=True) + more
 
 
 def _check_gather_args(input: torch.Tensor, dim: int, index: torch.Tensor) -> int:

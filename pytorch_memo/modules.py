@@ -7,13 +7,14 @@ every tensor of a module and its submodules with what torch does with it (is it 
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import nn
+
+from pytorch_memo._table import NamedRows, html_table, shape_text, text_table
 
 __all__ = ["ModuleTable", "ModuleTensorInfo", "inventory"]
 
@@ -70,7 +71,7 @@ class ModuleTensorInfo:
             self.name,
             self.kind,
             str(self.persistent),
-            "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")",
+            shape_text(shape),
             str(self.dtype).removeprefix("torch."),
             str(self.device),
             str(self.trainable),
@@ -80,47 +81,24 @@ class ModuleTensorInfo:
 
 
 @dataclass(frozen=True)
-class ModuleTable:
+class ModuleTable(NamedRows[ModuleTensorInfo]):
     """Rows of :class:`ModuleTensorInfo`, shown as a text table or, in Jupyter, HTML."""
 
     rows: tuple[ModuleTensorInfo, ...]
-
-    def __getitem__(self, name: str) -> ModuleTensorInfo:
-        for row in self.rows:
-            if row.name == name:
-                return row
-        msg = f"name must be one of {[r.name for r in self.rows]}, got {name!r}"
-        raise KeyError(msg)
-
-    def __iter__(self) -> Iterator[ModuleTensorInfo]:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
     def names(self, *, kind: Kind | None = None) -> tuple[str, ...]:
         """The rows' names, all of them or those of one ``kind``."""
         return tuple(r.name for r in self.rows if kind is None or r.kind == kind)
 
     def __str__(self) -> str:
-        table = [_HEADERS, *(row.cells() for row in self.rows)]
-        widths = [max(len(line[i]) for line in table) for i in range(len(_HEADERS))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in table]
-        return "\n".join(line.rstrip() for line in lines)
+        return text_table([_HEADERS, *(row.cells() for row in self.rows)])
 
     def __repr__(self) -> str:
         return str(self)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in _HEADERS)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row.cells()) + "</tr>"
-            for row in self.rows
-        )
-        return (
-            '<table class="memo-describe"><thead><tr>'
-            f"{head}</tr></thead><tbody>{body}</tbody></table>"
-        )
+        rows = [row.cells() for row in self.rows]
+        return html_table(_HEADERS, rows, css_class="memo-describe")
 
 
 def _tensors(module: nn.Module, attributes: bool) -> Iterator[tuple[str, Kind, bool, torch.Tensor]]:

@@ -6,13 +6,12 @@ showing several tensors side by side.
 
 from __future__ import annotations
 
-import html
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from pytorch_memo._checks import check_tensor
+from pytorch_memo._table import NamedRows, html_table, named_arguments, shape_text, text_table
 from pytorch_memo.layout import shares_memory
 
 __all__ = ["TensorInfo", "TensorTable", "describe"]
@@ -48,10 +47,10 @@ class TensorInfo:
         """The row as display strings, in the order of the table's columns."""
         return (
             self.name,
-            _tuple(self.shape),
+            shape_text(self.shape),
             str(self.dtype).removeprefix("torch."),
             str(self.device),
-            _tuple(self.stride),
+            shape_text(self.stride),
             str(self.storage_offset),
             str(self.is_contiguous),
             str(self.requires_grad),
@@ -59,48 +58,21 @@ class TensorInfo:
         )
 
 
-def _tuple(values: tuple[int, ...]) -> str:
-    return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"
-
-
 @dataclass(frozen=True)
-class TensorTable:
+class TensorTable(NamedRows[TensorInfo]):
     """Rows of :class:`TensorInfo`, shown as a text table or, in Jupyter, an HTML table."""
 
     rows: tuple[TensorInfo, ...]
 
-    def __getitem__(self, name: str) -> TensorInfo:
-        for row in self.rows:
-            if row.name == name:
-                return row
-        msg = f"name must be one of {[r.name for r in self.rows]}, got {name!r}"
-        raise KeyError(msg)
-
-    def __iter__(self) -> Iterator[TensorInfo]:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
     def __str__(self) -> str:
-        table = [_HEADERS, *(row.cells() for row in self.rows)]
-        widths = [max(len(line[i]) for line in table) for i in range(len(_HEADERS))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in table]
-        return "\n".join(line.rstrip() for line in lines)
+        return text_table([_HEADERS, *(row.cells() for row in self.rows)])
 
     def __repr__(self) -> str:
         return str(self)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in _HEADERS)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row.cells()) + "</tr>"
-            for row in self.rows
-        )
-        return (
-            '<table class="memo-describe"><thead><tr>'
-            f"{head}</tr></thead><tbody>{body}</tbody></table>"
-        )
+        rows = [row.cells() for row in self.rows]
+        return html_table(_HEADERS, rows, css_class="memo-describe")
 
 
 def describe(*tensors: torch.Tensor, **named: torch.Tensor) -> TensorTable:
@@ -131,12 +103,7 @@ def describe(*tensors: torch.Tensor, **named: torch.Tensor) -> TensorTable:
         x     (2, 3)  float32  cpu     (3, 1)  0       True        False          xt
         xt    (3, 2)  float32  cpu     (1, 3)  0       False       False          x
     """
-    items = [(f"t{i}", t) for i, t in enumerate(tensors)]
-    for name, _ in items:
-        if name in named:
-            msg = f"keyword {name!r} clashes with the name of positional argument {name}"
-            raise ValueError(msg)
-    items += list(named.items())
+    items = named_arguments(tensors, named, prefix="t")
     if not items:
         msg = "describe() needs at least one tensor, got none"
         raise ValueError(msg)
