@@ -160,7 +160,7 @@ def gpu(session: nox.Session) -> None:
         "'nox -s gpu needs CUDA: torch.cuda.is_available() is False')",
     )  # fmt: skip
     paths = _paths_or_all(session.posargs)
-    session.run("python", "-m", "pytest", "--nbval-lax", *NBVAL, *paths)
+    session.run("python", "-m", "pytest", "--nbval-lax", "--memo-record-gpu", *NBVAL, *paths)
 
 
 @nox.session
