@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-from pytorch_memo._checks import _shown
+from pytorch_memo._checks import _shown, check_path
 
 __all__ = [
     "StaleLockWarning",
@@ -73,13 +73,6 @@ def _check_sources(name: str, value: object, *, required: bool) -> list[str]:
     return list(sources)
 
 
-def _check_directory(name: str, value: object) -> Path:
-    if not isinstance(value, str | os.PathLike):
-        msg = f"{name} must be a path (str or os.PathLike), got {type(value).__name__}"
-        raise TypeError(msg)
-    return Path(value)
-
-
 def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
     """Where extensions are built: ``TORCH_EXTENSIONS_DIR``, else the project's folder.
 
@@ -107,7 +100,7 @@ def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
         >>> "TORCH_EXTENSIONS_DIR" in os.environ or found.relative_to(project).as_posix()
         '_build/torch_extensions'
     """
-    here = Path.cwd() if start is None else _check_directory("start", start)
+    here = Path.cwd() if start is None else check_path("start", start)
     given = os.environ.get("TORCH_EXTENSIONS_DIR")
     if given:
         return Path(given)
@@ -172,7 +165,7 @@ def killed_build(build_directory: str | os.PathLike[str]) -> str | None:
         >>> killed_build(folder)  # written, never emptied, held by nobody
         'pid 123, started 2025-01-01 12:00:00'
     """
-    turn = _check_directory("build_directory", build_directory) / TURN_NAME
+    turn = check_path("build_directory", build_directory) / TURN_NAME
     try:
         record = turn.read_text().strip()
     except FileNotFoundError:
@@ -208,7 +201,7 @@ def is_stale_lock(build_directory: str | os.PathLike[str]) -> bool:
         >>> is_stale_lock(folder)
         True
     """
-    folder = _check_directory("build_directory", build_directory)
+    folder = check_path("build_directory", build_directory)
     return _is_stale(folder, killed_build(folder))
 
 
@@ -246,7 +239,7 @@ def clear_stale_lock(build_directory: str | os.PathLike[str]) -> Path | None:
         >>> removed.name, removed.exists(), str(caught[0].message).startswith("removed")
         ('lock', False, True)
     """
-    folder = _check_directory("build_directory", build_directory)
+    folder = check_path("build_directory", build_directory)
     return _clear(folder, killed_build(folder))
 
 
@@ -391,9 +384,7 @@ def build_extension(
     if not wait_timeout > 0:
         msg = f"wait_timeout must be > 0 seconds, got {wait_timeout!r}"
         raise ValueError(msg)
-    root = (
-        default_build_root() if build_root is None else _check_directory("build_root", build_root)
-    )
+    root = default_build_root() if build_root is None else check_path("build_root", build_root)
     folder = root / name
 
     from torch.utils import cpp_extension

@@ -213,7 +213,12 @@ def test_default_build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         (("ok", BARE), {"functions": [1]}, TypeError, r"functions must be a str or a sequence"),
         (("ok", BARE), {"wait_timeout": 0}, ValueError, r"wait_timeout must be > 0 seconds, got 0"),
         (("ok", BARE), {"wait_timeout": "5"}, TypeError, r"wait_timeout must be a number"),
-        (("ok", BARE), {"build_root": 3}, TypeError, r"build_root must be a path"),
+        (
+            ("ok", BARE),
+            {"build_root": 3},
+            TypeError,
+            r"build_root must be a str or os\.PathLike, got int",
+        ),
     ],
 )
 def test_build_extension_rejects_bad_input(
@@ -224,7 +229,7 @@ def test_build_extension_rejects_bad_input(
 
 
 def test_stale_lock_checks_reject_a_non_path() -> None:
-    with pytest.raises(TypeError, match=r"build_directory must be a path"):
+    with pytest.raises(TypeError, match=r"build_directory must be a str or os\.PathLike, got int"):
         is_stale_lock(42)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"start must be a path"):
+    with pytest.raises(TypeError, match=r"start must be a str or os\.PathLike, got float"):
         default_build_root(start=1.5)  # type: ignore[arg-type]
