@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import sysconfig
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -258,6 +259,31 @@ def _clear(folder: Path, who: str | None) -> Path | None:
 
 
 @contextmanager
+def _own_ninja_first() -> Iterator[None]:
+    """Put the ninja installed with this Python (the ``ninja`` dependency) first on PATH.
+
+    ninja 1.12 and later write ``.ninja_log`` in a format older ninjas do not read, and
+    the reverse: a build directory built by one version is rebuilt from scratch by the
+    other. A machine with a system ninja and the environment's one would otherwise
+    rebuild whenever the caller's ``PATH`` differs (a shell, a kernel, nox).
+    """
+    scripts = sysconfig.get_path("scripts")
+    binary = "ninja.exe" if os.name == "nt" else "ninja"
+    if not scripts or not (Path(scripts) / binary).is_file():
+        yield  # no ninja of our own: torch finds one on PATH, or says it is missing
+        return
+    before = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join([scripts, before]) if before else scripts
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = before
+
+
+@contextmanager
 def _turn(folder: Path, *, timeout: float) -> Iterator[None]:
     """Hold the build directory's turn: an flock the kernel drops if the holder dies.
 
@@ -315,7 +341,9 @@ def build_extension(
     turns on an OS lock (``lock.memo``) that the kernel releases if a builder dies;
     whoever has the turn removes a stale ``lock`` left by a killed build (warning
     :class:`StaleLockWarning`) and then calls ``torch.utils.cpp_extension.load_inline``,
-    which rebuilds what the killed build left unfinished (ninja keeps track).
+    which rebuilds what the killed build left unfinished (ninja keeps track). It builds
+    with the ninja installed with this Python when there is one (another ninja version
+    would rebuild what this one built).
 
     Within one Python process torch remembers each name's sources: built again with
     other sources (or in another directory) the module is renamed ``name_v1``, ``_v2``...
@@ -390,7 +418,7 @@ def build_extension(
     from torch.utils import cpp_extension
 
     load_inline: Callable[..., object] = cpp_extension.load_inline  # untyped in torch
-    with _turn(folder, timeout=float(wait_timeout)):
+    with _turn(folder, timeout=float(wait_timeout)), _own_ninja_first():
         module = load_inline(
             name,
             cpp_sources=cpp,

@@ -173,6 +173,29 @@ def test_clear_stale_lock_warns_with_the_path_and_the_killed_build(tmp_path: Pat
     assert killed_build(tmp_path / "missing") is None
 
 
+def test_builds_with_the_environments_ninja_whatever_comes_first_on_path(
+    tmp_path: Path,
+) -> None:
+    # Another ninja first on PATH (here one that only records that it ran and fails).
+    other = tmp_path / "other-bin"
+    other.mkdir()
+    called = tmp_path / "other-ninja-ran"
+    (other / "ninja").write_text(f'#!/bin/sh\ntouch "{called}"\nexit 1\n')
+    (other / "ninja").chmod(0o755)
+    build = _build_process(tmp_path / "extensions", PATH=f"{other}{os.pathsep}{os.environ['PATH']}")
+    out, err = build.communicate(timeout=300)
+    assert build.returncode == 0, err
+    assert out.strip() == "built bare"
+    assert not called.exists()
+
+
+def test_a_build_leaves_path_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    before = os.environ["PATH"]
+    build_extension("bare", BARE, no_implicit_headers=True, build_root=tmp_path)
+    assert os.environ["PATH"] == before
+
+
 def test_waits_for_a_live_build_then_names_the_path(tmp_path: Path) -> None:
     folder = tmp_path / "bare"
     folder.mkdir()
