@@ -37,6 +37,17 @@ def check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
     return value
 
 
+def check_seconds(name: str, value: Any) -> float:
+    """Return ``value`` as a float if it is a positive int or float (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        msg = f"{name} must be a number of seconds, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+    if not value > 0:  # also refuses NaN
+        msg = f"{name} must be > 0 seconds, got {value!r}"
+        raise ValueError(msg)
+    return float(value)
+
+
 def check_path(name: str, value: Any) -> Path:
     """Return ``value`` as a Path if it is a str or os.PathLike (not bytes); raise TypeError."""
     if not isinstance(value, str | os.PathLike):

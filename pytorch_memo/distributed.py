@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pytorch_memo._checks import check_int
+from pytorch_memo._checks import check_int, check_seconds
 
 __all__ = [
     "ENV_VARS",
@@ -193,7 +193,8 @@ def run_workers(
         What each rank returned, indexed by rank.
 
     Raises:
-        TypeError: ``world_size`` is not an int, or ``worker`` cannot be pickled.
+        TypeError: ``world_size`` is not an int, ``timeout`` is not a number, or
+            ``worker`` cannot be pickled.
         ValueError: ``world_size`` < 1 or ``timeout`` is not positive.
         RuntimeError: a rank raised (the message holds its traceback), or every
             attempt to join failed.
@@ -204,9 +205,7 @@ def run_workers(
         1
     """
     check_int("world_size", world_size, minimum=1)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        msg = f"timeout must be a positive number of seconds, got {timeout!r}"
-        raise ValueError(msg)
+    check_seconds("timeout", timeout)
     try:
         pickle.dumps(worker)
     except (pickle.PicklingError, AttributeError, TypeError) as error:
@@ -366,8 +365,8 @@ def run_torchrun(*, nproc: int = 2, timeout: float = 60.0) -> list[dict[str, Any
         :func:`rank_info` of every rank, indexed by rank.
 
     Raises:
-        TypeError: ``nproc`` is not an int.
-        ValueError: ``nproc`` < 1.
+        TypeError: ``nproc`` is not an int, or ``timeout`` is not a number.
+        ValueError: ``nproc`` < 1, or ``timeout`` is not positive.
         RuntimeError: torchrun failed; the message ends with its stderr.
         subprocess.TimeoutExpired: it ran past ``timeout``.
 
@@ -376,6 +375,7 @@ def run_torchrun(*, nproc: int = 2, timeout: float = 60.0) -> list[dict[str, Any
         ['0', '1']
     """
     check_int("nproc", nproc, minimum=1)
+    check_seconds("timeout", timeout)
     command = [
         sys.executable, "-m", "torch.distributed.run",
         "--nproc-per-node", str(nproc),

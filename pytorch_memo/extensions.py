@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-from pytorch_memo._checks import _shown, check_path
+from pytorch_memo._checks import _shown, check_path, check_seconds
 
 __all__ = [
     "StaleLockWarning",
@@ -406,19 +406,14 @@ def build_extension(
         if extra_cflags is None
         else _check_sources("extra_cflags", extra_cflags, required=False)
     )
-    if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, int | float):
-        msg = f"wait_timeout must be a number of seconds, got {type(wait_timeout).__name__}"
-        raise TypeError(msg)
-    if not wait_timeout > 0:
-        msg = f"wait_timeout must be > 0 seconds, got {wait_timeout!r}"
-        raise ValueError(msg)
+    timeout = check_seconds("wait_timeout", wait_timeout)
     root = default_build_root() if build_root is None else check_path("build_root", build_root)
     folder = root / name
 
     from torch.utils import cpp_extension
 
     load_inline: Callable[..., object] = cpp_extension.load_inline  # untyped in torch
-    with _turn(folder, timeout=float(wait_timeout)), _own_ninja_first():
+    with _turn(folder, timeout=timeout), _own_ninja_first():
         module = load_inline(
             name,
             cpp_sources=cpp,

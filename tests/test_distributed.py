@@ -80,8 +80,10 @@ def test_an_unpicklable_worker_is_refused_before_any_process_runs() -> None:
     [
         ({"world_size": 0}, ValueError, "world_size must be >= 1, got 0"),
         ({"world_size": 2.0}, TypeError, "world_size must be an int, got float"),
-        ({"timeout": 0}, ValueError, "timeout must be a positive number of seconds, got 0"),
-        ({"timeout": "5"}, ValueError, "timeout must be a positive number"),
+        ({"timeout": 0}, ValueError, "timeout must be > 0 seconds, got 0"),
+        ({"timeout": float("nan")}, ValueError, "timeout must be > 0 seconds, got nan"),
+        ({"timeout": "5"}, TypeError, "timeout must be a number of seconds, got str: '5'"),
+        ({"timeout": True}, TypeError, "timeout must be a number of seconds, got bool: True"),
     ],
 )
 def test_bad_arguments(kwargs: dict[str, object], error: type[Exception], match: str) -> None:
@@ -104,6 +106,10 @@ def test_torchrun_sets_the_variables() -> None:
         assert env["MASTER_ADDR"] == "127.0.0.1"
 
 
-def test_torchrun_rejects_bad_nproc() -> None:
+def test_torchrun_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="nproc must be >= 1, got 0"):
         run_torchrun(nproc=0)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds, got NoneType"):
+        run_torchrun(timeout=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds, got -1"):
+        run_torchrun(timeout=-1)

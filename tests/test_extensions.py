@@ -235,7 +235,12 @@ def test_default_build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         (("ok", 5), {}, TypeError, r"cpp_sources must be a str or a sequence of str, got int"),
         (("ok", BARE), {"functions": [1]}, TypeError, r"functions must be a str or a sequence"),
         (("ok", BARE), {"wait_timeout": 0}, ValueError, r"wait_timeout must be > 0 seconds, got 0"),
-        (("ok", BARE), {"wait_timeout": "5"}, TypeError, r"wait_timeout must be a number"),
+        (
+            ("ok", BARE),
+            {"wait_timeout": "5"},
+            TypeError,
+            r"wait_timeout must be a number of seconds, got str: '5'",
+        ),
         (
             ("ok", BARE),
             {"build_root": 3},
