@@ -17,11 +17,9 @@ Used by the chapter *Saving and loading*.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import random
-import secrets
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +30,7 @@ import torch
 from torch import nn
 
 from pytorch_memo._checks import _shown, check_path
+from pytorch_memo._files import atomic_file
 
 __all__ = [
     "FORMAT",
@@ -267,13 +266,9 @@ def save_checkpoint(
 
 
 def _write_atomically(target: Path, payload: dict[str, Any], *, shown: str) -> None:
-    temporary = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            torch.save(payload, file)
-            file.flush()
-            os.fsync(file.fileno())
+    with atomic_file(target) as (file, temporary):
+        torch.save(payload, file)
+        file.flush()
         unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(temporary)
         if unsafe:
             problem = (
@@ -281,23 +276,6 @@ def _write_atomically(target: Path, payload: dict[str, Any], *, shown: str) -> N
                 "torch.load(weights_only=True) refuses; keep extra to plain data"
             )
             raise UnsafeCheckpointError(shown, problem)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-        raise
-    _fsync_directory(target.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename durable. POSIX only: Windows cannot open a directory this way."""
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ------------------------------------------------------------------------------------ load

@@ -12,12 +12,13 @@ import datetime as dt
 import functools
 import json
 import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+from pytorch_memo._files import write_text
 
 # Timing deadlines flake on a loaded 2-core machine; CI also fixes the examples drawn.
 settings.register_profile("memo", deadline=None, derandomize=bool(os.environ.get("CI")))
@@ -66,10 +67,7 @@ def record_gpu_runs(gpu_cells: dict[Path, set[str]], failed: set[str], run: dict
             continue
         nb = json.loads(notebook.read_text(encoding="utf-8"))
         nb.setdefault("metadata", {}).setdefault("pytorch_memo", {})["gpu_run"] = run
-        fd, tmp = tempfile.mkstemp(dir=notebook.parent, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-        os.replace(tmp, notebook)
+        write_text(notebook, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,8 @@ from typing import Any
 import nbformat
 import torch
 from nbclient import NotebookClient
+
+from pytorch_memo._files import write_text
 
 GPU_TAG = "gpu"
 
@@ -78,22 +78,8 @@ def execute(path: Path, *, timeout: int = 600) -> dict[str, Any]:
     if torch.cuda.is_available() and gpu_cells:
         record["gpu_run"] = {"executed": now, "torch": torch.__version__, "device": device_name()}
     nb.metadata["pytorch_memo"] = record
-    write_atomic(path, nbformat.writes(nb) + "\n")
+    write_text(path, nbformat.writes(nb) + "\n")
     return record
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:
