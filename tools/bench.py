@@ -2,7 +2,9 @@
 
 Figures, all measured in this one run on this machine:
 
-- per chapter: executing the notebook in a fresh kernel (as `nox -s execute` does);
+- per chapter: executing the notebook in a fresh kernel (as `nox -s execute` does), and
+  how much longer that took than a bare notebook executed the same way (what the
+  chapter's own imports and cells cost);
 - whole book: the strict nbval run of `nox -s notebooks` over every chapter;
 - floor: the same nbval run over as many bare notebooks (the setup cell and
   `import torch`), i.e. what kernels and imports alone cost; and the ratio of the two
@@ -68,16 +70,22 @@ def main(argv: list[str] | None = None) -> int:
         nbformat.write(bare_notebook(), path)
         bare.append(path)
 
-    print(f"{'chapter':<28} {'seconds':>8}")
-    total = 0.0
-    for path in chapters:
+    def executed(path: Path) -> float:
         nb = nbformat.read(path, as_version=4)
         start = time.perf_counter()
         run_cells(nb, path.parent)
-        seconds = time.perf_counter() - start
+        return time.perf_counter() - start
+
+    bare_seconds = executed(bare[0])
+    print(f"{'chapter':<28} {'seconds':>8} {'over bare':>10}")
+    print(f"{'(bare notebook)':<28} {bare_seconds:8.1f}")
+    total = 0.0
+    for path in chapters:
+        seconds = executed(path)
         total += seconds
-        print(f"{path.stem:<28} {seconds:8.1f}", flush=True)
-    print(f"{'sum of chapters':<28} {total:8.1f}")
+        print(f"{path.stem:<28} {seconds:8.1f} {seconds - bare_seconds:10.1f}", flush=True)
+    over = total - len(chapters) * bare_seconds
+    print(f"{'sum of chapters':<28} {total:8.1f} {over:10.1f}")
 
     workers = ["-n", args.workers, "--dist", "loadfile"] if len(chapters) > 1 else []
     book = timed([*NBVAL, *workers, *map(str, chapters)])
