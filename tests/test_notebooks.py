@@ -5,6 +5,7 @@ setup cell, and _toc.yml in step with book/. (Their outputs are checked by nbval
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,20 @@ def test_chapter_opens_with_a_title(path: Path) -> None:
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_kernel_is_python3(path: Path) -> None:
     assert bookfiles.load(path)["metadata"]["kernelspec"]["name"] == "python3"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_code_lines_fit_the_sites_column(path: Path) -> None:
+    # ruff formats the book to this width but cannot split long strings or comments.
+    config = tomllib.loads((bookfiles.ROOT / "book" / "ruff.toml").read_text())
+    width = config["line-length"]
+    long = [
+        f"code cell {index}: {line.strip()[:50]}... ({len(line)} characters)"
+        for index, cell in enumerate(bookfiles.code_cells(bookfiles.load(path)))
+        for line in bookfiles.source(cell).splitlines()
+        if len(line) > width
+    ]
+    assert not long, f"lines longer than {width} characters scroll on the site: {long}"
 
 
 def test_toc_and_book_folder_agree() -> None:

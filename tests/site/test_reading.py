@@ -54,6 +54,24 @@ def test_code_cells_have_copy_buttons(page: Page, site_url: str, notebook: Path)
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_code_and_outputs_fit_the_column_beside_both_sidebars(
+    page: Page, site_url: str, notebook: Path
+) -> None:
+    page.goto(_url(site_url, notebook))  # 1280 px wide: both sidebars are shown
+    assert page.locator(".bd-sidebar-primary").is_visible()
+    assert page.locator(".bd-sidebar-secondary").is_visible()
+    scrolled = page.evaluate(
+        """() => [...document.querySelectorAll(
+                     'article div.cell_input pre, article div.cell_output *')]
+            .filter(e => !e.closest('div.cell.tag_wide-output'))
+            .filter(e => e.scrollWidth > e.clientWidth + 1
+                         && getComputedStyle(e).overflowX !== 'visible')
+            .map(e => e.textContent.trim().slice(0, 60))"""
+    )
+    assert not scrolled, f"blocks that scroll sideways: {scrolled}"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_links_to_other_chapters_and_its_helpers(
     page: Page, site_url: str, notebook: Path
 ) -> None:
