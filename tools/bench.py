@@ -3,8 +3,8 @@
 Figures, all measured in this one run on this machine:
 
 - per chapter: executing the notebook in a fresh kernel (as `nox -s execute` does), and
-  how much longer that took than a bare notebook executed the same way (what the
-  chapter's own imports and cells cost);
+  how much longer that took than a bare notebook executed the same way (median of
+  three, after a warm-up): what the chapter's own imports and cells cost;
 - whole book: the strict nbval run of `nox -s notebooks` over every chapter;
 - floor: the same nbval run over as many bare notebooks (the setup cell and
   `import torch`), i.e. what kernels and imports alone cost; and the ratio of the two
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         run_cells(nb, path.parent)
         return time.perf_counter() - start
 
-    bare_seconds = executed(bare[0])
+    executed(bare[0])  # warm-up: the first kernel of a run starts cold
+    bare_seconds = statistics.median(executed(bare[0]) for _ in range(3))
     print(f"{'chapter':<28} {'seconds':>8} {'over bare':>10}")
     print(f"{'(bare notebook)':<28} {bare_seconds:8.1f}")
     total = 0.0
