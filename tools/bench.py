@@ -4,7 +4,8 @@ Figures, all measured in this one run on this machine:
 
 - per chapter: executing the notebook in a fresh kernel (as `nox -s execute` does), and
   how much longer that took than a bare notebook executed the same way (median of
-  three, after a warm-up): what the chapter's own imports and cells cost;
+  three, after a warm-up): what the chapter's own imports and cells cost; and the
+  slowest cells of the book, where that time goes;
 - whole book: the strict nbval run of `nox -s notebooks` over every chapter;
 - floor: the same nbval run over as many bare notebooks (the setup cell and
   `import torch`), i.e. what kernels and imports alone cost; and the ratio of the two
@@ -71,14 +72,22 @@ def main(argv: list[str] | None = None) -> int:
         nbformat.write(bare_notebook(), path)
         bare.append(path)
 
+    cells: list[tuple[float, str]] = []
+
     def executed(path: Path) -> float:
         nb = nbformat.read(path, as_version=4)
+        seconds: dict[int, float] = {}
         start = time.perf_counter()
-        run_cells(nb, path.parent)
+        run_cells(nb, path.parent, seconds=seconds)
+        for index, took in seconds.items():
+            first = nb.cells[index].source.strip().splitlines()[0][:48]
+            cells.append((took, f"{path.stem} [{index}] {first}"))
         return time.perf_counter() - start
 
     executed(bare[0])  # warm-up: the first kernel of a run starts cold
     bare_seconds = statistics.median(executed(bare[0]) for _ in range(3))
+    bare_import = max(took for took, _ in cells[-2:])  # its slower cell: import torch
+    cells.clear()
     print(f"{'chapter':<28} {'seconds':>8} {'over bare':>10}")
     print(f"{'(bare notebook)':<28} {bare_seconds:8.1f}")
     total = 0.0
@@ -88,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path.stem:<28} {seconds:8.1f} {seconds - bare_seconds:10.1f}", flush=True)
     over = total - len(chapters) * bare_seconds
     print(f"{'sum of chapters':<28} {total:8.1f} {over:10.1f}")
+    print(f"\nslowest cells (seconds; a bare notebook's `import torch`: {bare_import:.2f}):")
+    for took, where in sorted(cells, reverse=True)[:12]:
+        print(f"{took:6.2f}  {where}")
 
     workers = ["-n", args.workers, "--dist", "loadfile"] if len(chapters) > 1 else []
     book = timed([*NBVAL, *workers, *map(str, chapters)])

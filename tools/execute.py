@@ -31,10 +31,17 @@ def device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def run_cells(nb: nbformat.NotebookNode, workdir: Path, *, timeout: int = 600) -> int:
+def run_cells(
+    nb: nbformat.NotebookNode,
+    workdir: Path,
+    *,
+    timeout: int = 600,
+    seconds: dict[int, float] | None = None,
+) -> int:
     """Run ``nb``'s code cells in order in a fresh kernel; return how many are `gpu` cells.
 
-    Without CUDA, `gpu` cells are not run and keep their stored outputs.
+    Without CUDA, `gpu` cells are not run and keep their stored outputs. When
+    ``seconds`` is given, it receives how long each cell that ran took, by index.
     """
     has_cuda = torch.cuda.is_available()
     client = NotebookClient(
@@ -54,7 +61,10 @@ def run_cells(nb: nbformat.NotebookNode, workdir: Path, *, timeout: int = 600) -
                 if not has_cuda:
                     cell.execution_count = None  # keep the outputs of the last GPU run
                     continue
+            start = time.perf_counter()
             client.execute_cell(cell, index)
+            if seconds is not None:
+                seconds[index] = time.perf_counter() - start
     return gpu_cells
 
 
