@@ -15,6 +15,16 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def check_type(name: str, value: Any, expected: type | tuple[type, ...], spelled: str) -> None:
+    """Raise a TypeError naming ``name`` unless ``value`` is an instance of ``expected``.
+
+    ``spelled`` says what was expected in the message: ``"a bool"``, ``"a torch.nn.Module"``.
+    """
+    if not isinstance(value, expected):
+        msg = f"{name} must be {spelled}, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+
+
 def check_tensor(name: str, value: Any) -> torch.Tensor:
     """Return ``value`` if it is a strided tensor; raise a TypeError/ValueError otherwise."""
     if not isinstance(value, torch.Tensor):

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pytorch_memo._checks import _shown, check_path
+from pytorch_memo._checks import check_path, check_type
 from pytorch_memo._files import atomic_file
 
 __all__ = [
@@ -131,7 +131,7 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         >>> a == np.random.rand()
         True
     """
-    _check_mapping("state", state, "a mapping from get_rng_state()")
+    check_type("state", state, Mapping, "a mapping from get_rng_state()")
     missing = [k for k in ("torch", "python", "numpy") if k not in state]
     if missing:
         msg = f"state must have entries torch, python and numpy; missing {', '.join(missing)}"
@@ -163,30 +163,12 @@ def _as_tuples(value: Any) -> Any:
 # -------------------------------------------------------------------------- argument checks
 
 
-def _check_mapping(name: str, value: Any, spelled: str) -> None:
-    if not isinstance(value, Mapping):
-        msg = f"{name} must be {spelled}, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        msg = f"{name} must be a bool, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
-
-
-def _check_optional(name: str, value: Any, expected: type, spelled: str) -> None:
-    if value is not None and not isinstance(value, expected):
-        msg = f"{name} must be {spelled} or None, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
-
-
 def _check_objects(model: Any, optimizer: Any, scheduler: Any) -> None:
-    if not isinstance(model, nn.Module):
-        msg = f"model must be a torch.nn.Module, got {type(model).__name__}: {_shown(model)}"
-        raise TypeError(msg)
-    _check_optional("optimizer", optimizer, torch.optim.Optimizer, "a torch.optim.Optimizer")
-    _check_optional("scheduler", scheduler, torch.optim.lr_scheduler.LRScheduler, "an LRScheduler")
+    check_type("model", model, nn.Module, "a torch.nn.Module")
+    optimizers = (torch.optim.Optimizer, type(None))
+    check_type("optimizer", optimizer, optimizers, "a torch.optim.Optimizer or None")
+    schedulers = (torch.optim.lr_scheduler.LRScheduler, type(None))
+    check_type("scheduler", scheduler, schedulers, "an LRScheduler or None")
 
 
 # ------------------------------------------------------------------------------------ save
@@ -243,8 +225,8 @@ def save_checkpoint(
     target = check_path("path", path)
     _check_objects(model, optimizer, scheduler)
     if extra is not None:
-        _check_mapping("extra", extra, "a mapping (or None)")
-    _check_bool("rng", rng)
+        check_type("extra", extra, Mapping, "a mapping (or None)")
+    check_type("rng", rng, bool, "a bool")
     if target.is_dir():
         msg = f"path {os.fspath(path)!r} is a directory; expected a checkpoint file name"
         raise IsADirectoryError(msg)
@@ -331,7 +313,7 @@ def load_checkpoint(
     """
     source = check_path("path", path)
     _check_objects(model, optimizer, scheduler)
-    _check_bool("rng", rng)
+    check_type("rng", rng, bool, "a bool")
     shown = os.fspath(path)
     if source.is_dir():
         msg = f"path {shown!r} is a directory; expected a checkpoint file"

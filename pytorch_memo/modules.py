@@ -14,6 +14,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from pytorch_memo._checks import check_type
 from pytorch_memo._table import NamedRows, html_table, shape_text, text_table
 
 __all__ = ["ModuleTable", "ModuleTensorInfo", "inventory"]
@@ -116,15 +117,6 @@ def _tensors(module: nn.Module, attributes: bool) -> Iterator[tuple[str, Kind, b
                     yield dot + name, "attribute", False, value
 
 
-def _check_arguments(module: object, attributes: object) -> None:
-    if not isinstance(module, nn.Module):
-        msg = f"module must be a torch.nn.Module, got {type(module).__name__}: {module!r:.60}"
-        raise TypeError(msg)
-    if not isinstance(attributes, bool):
-        msg = f"attributes must be a bool, got {type(attributes).__name__}: {attributes!r:.60}"
-        raise TypeError(msg)
-
-
 def inventory(module: nn.Module, *, attributes: bool = True) -> ModuleTable:
     """List every tensor a module holds and what torch does with it.
 
@@ -155,7 +147,8 @@ def inventory(module: nn.Module, *, attributes: bool = True) -> ModuleTable:
         running_var          buffer     True        (3,)   float32  cpu     False      True           -
         num_batches_tracked  buffer     True        ()     int64    cpu     False      True           -
     """
-    _check_arguments(module, attributes)
+    check_type("module", module, nn.Module, "a torch.nn.Module")
+    check_type("attributes", attributes, bool, "a bool")
     found = list(_tensors(module, attributes))
     saved = module.state_dict(keep_vars=True).keys()
     rows = tuple(

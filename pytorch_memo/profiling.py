@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from pytorch_memo._checks import _shown, check_int
+from pytorch_memo._checks import _shown, check_int, check_type
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -62,12 +62,6 @@ def _as_device(name: str, value: object) -> torch.device:
 def _check_callable(name: str, value: object) -> None:
     if not callable(value):
         msg = f"{name} must be callable, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
-
-
-def _check_module(name: str, value: object) -> None:
-    if not isinstance(value, nn.Module):
-        msg = f"{name} must be a torch.nn.Module, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
 
 
@@ -124,7 +118,7 @@ def count_parameters(model: nn.Module) -> ParameterCount:
         >>> print(count_parameters(layer))
         8 parameters (6 trainable, 2 frozen)
     """
-    _check_module("model", model)
+    check_type("model", model, nn.Module, "a torch.nn.Module")
     params = list(model.parameters())
     return ParameterCount(
         total=sum(p.numel() for p in params),
