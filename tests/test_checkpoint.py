@@ -105,25 +105,29 @@ def test_round_trip_matches_plain_torch(tmp_path: Path) -> None:
     assert _same(fresh[2].state_dict(), scheduler.state_dict())
 
 
-def test_resumed_training_is_bit_for_bit_the_straight_run(tmp_path: Path) -> None:
+def _straight_and_resumed(path: Path, half: int, *, rng: bool) -> tuple[Any, Any]:
+    """Train 2 * half steps straight through, and half steps then half more after a
+    save and a load into fresh objects in a fresh random state (``rng`` restores it)."""
     _seed_all(0)
     straight = _training()
-    for _ in range(6):
+    for _ in range(2 * half):
         _step(*straight)
 
     _seed_all(0)
     first = _training()
-    for _ in range(3):
+    for _ in range(half):
         _step(*first)
-    save_checkpoint(tmp_path / "half.pt", model=first[0], optimizer=first[1], scheduler=first[2])
+    save_checkpoint(path, model=first[0], optimizer=first[1], scheduler=first[2])
     _seed_all(12345)  # a new process: other weights, other generator states
     resumed = _training(seed=7)
-    load_checkpoint(
-        tmp_path / "half.pt", model=resumed[0], optimizer=resumed[1], scheduler=resumed[2]
-    )
-    for _ in range(3):
+    load_checkpoint(path, model=resumed[0], optimizer=resumed[1], scheduler=resumed[2], rng=rng)
+    for _ in range(half):
         _step(*resumed)
+    return straight, resumed
 
+
+def test_resumed_training_is_bit_for_bit_the_straight_run(tmp_path: Path) -> None:
+    straight, resumed = _straight_and_resumed(tmp_path / "half.pt", 3, rng=True)
     assert _same(resumed[0].state_dict(), straight[0].state_dict())
     assert _same(resumed[1].state_dict(), straight[1].state_dict())
     assert resumed[2].get_last_lr() == straight[2].get_last_lr()
@@ -131,22 +135,7 @@ def test_resumed_training_is_bit_for_bit_the_straight_run(tmp_path: Path) -> Non
 
 def test_resuming_without_rng_state_diverges(tmp_path: Path) -> None:
     # The control for the test above: the RNG entry is what makes it exact.
-    _seed_all(0)
-    straight = _training()
-    for _ in range(4):
-        _step(*straight)
-    _seed_all(0)
-    first = _training()
-    for _ in range(2):
-        _step(*first)
-    save_checkpoint(tmp_path / "c.pt", model=first[0], optimizer=first[1], scheduler=first[2])
-    _seed_all(12345)
-    resumed = _training(seed=7)
-    load_checkpoint(
-        tmp_path / "c.pt", model=resumed[0], optimizer=resumed[1], scheduler=resumed[2], rng=False
-    )
-    for _ in range(2):
-        _step(*resumed)
+    straight, resumed = _straight_and_resumed(tmp_path / "c.pt", 2, rng=False)
     assert not _same(resumed[0].state_dict(), straight[0].state_dict())
 
 
