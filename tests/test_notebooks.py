@@ -13,6 +13,9 @@ import pytest
 from tests import bookfiles
 
 CHAPTERS = bookfiles.chapters()
+# ruff formats the book to this width (the site's column) but cannot split long
+# strings or comments.
+WIDTH = tomllib.loads((bookfiles.ROOT / "book" / "ruff.toml").read_text())["line-length"]
 MACHINE_PATH = re.compile(r"/root/|/home/\w+|/tmp/|/work/|/Users/\w+|[A-Z]:\\\\Users")
 
 
@@ -73,16 +76,13 @@ def test_kernel_is_python3(path: Path) -> None:
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_code_lines_fit_the_sites_column(path: Path) -> None:
-    # ruff formats the book to this width but cannot split long strings or comments.
-    config = tomllib.loads((bookfiles.ROOT / "book" / "ruff.toml").read_text())
-    width = config["line-length"]
     long = [
         f"code cell {index}: {line.strip()[:50]}... ({len(line)} characters)"
         for index, cell in enumerate(bookfiles.code_cells(bookfiles.load(path)))
         for line in bookfiles.source(cell).splitlines()
-        if len(line) > width
+        if len(line) > WIDTH
     ]
-    assert not long, f"lines longer than {width} characters scroll on the site: {long}"
+    assert not long, f"lines longer than {WIDTH} characters scroll on the site: {long}"
 
 
 def test_toc_and_book_folder_agree() -> None:
