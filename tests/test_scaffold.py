@@ -1,0 +1,97 @@
+"""`nox -s chapter` (memobook.scaffold): a new chapter passes the book's checks as written.
+
+The scaffold runs in a throwaway copy of the repository (its tracked files), in a fresh
+process whose imports come from that copy, exactly as `nox -s chapter -- TOPIC` would;
+then the checks of `nox` that concern a new chapter run there: ruff and mypy on the new
+files, the new unit tests, the hygiene and claim checks of every chapter, strict nbval of
+the new chapter and the site build (warnings are errors).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import memobook
+from memobook import scaffold
+
+BIN = Path(sys.executable).parent
+TOPIC = "throwaway_topic"
+
+
+def _run(copy: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, (
+        f"{' '.join(command)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    return done
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the repository's tracked files with a scaffolded chapter in it."""
+    root = tmp_path_factory.mktemp("repo")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=memobook.ROOT, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        source = memobook.ROOT / name
+        if source.is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name)
+    _run(root, sys.executable, "-m", "memobook.scaffold", TOPIC, "--title", "A throwaway chapter")
+    return root
+
+
+def test_the_scaffold_writes_the_files_and_the_toc_entry(copy: Path) -> None:
+    for path in (f"book/{TOPIC}.ipynb", f"pytorch_memo/{TOPIC}.py", f"tests/test_{TOPIC}.py"):
+        assert (copy / path).is_file(), path
+    chapters = memobook.chapters(copy)
+    assert chapters[-1].name == TOPIC, "appended at the end of the last numbered part"
+    assert chapters[-1].part == memobook.chapters()[-1].part
+    assert [c.name for c in chapters[:-1]] == [c.name for c in memobook.chapters()]
+
+
+def test_the_new_files_pass_lint(copy: Path) -> None:
+    new = [f"book/{TOPIC}.ipynb", f"pytorch_memo/{TOPIC}.py", f"tests/test_{TOPIC}.py"]
+    _run(copy, str(BIN / "ruff"), "check", *new)
+    _run(copy, str(BIN / "ruff"), "format", "--check", *new)
+    _run(copy, str(BIN / "mypy"), f"pytorch_memo/{TOPIC}.py", f"tests/test_{TOPIC}.py")
+
+
+def test_the_new_tests_and_the_chapter_checks_pass(copy: Path) -> None:
+    _run(
+        copy, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--doctest-modules",
+        f"pytorch_memo/{TOPIC}.py", f"tests/test_{TOPIC}.py", "tests/test_notebooks.py",
+        "tests/test_claims.py", "tests/test_record.py",
+    )  # fmt: skip
+
+
+def test_the_new_chapter_passes_strict_nbval(copy: Path) -> None:
+    _run(
+        copy, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+        *memobook.NBVAL_ARGS, f"book/{TOPIC}.ipynb",
+    )  # fmt: skip
+
+
+def test_a_taken_or_bad_topic_writes_nothing(copy: Path) -> None:
+    before = (copy / "_toc.yml").read_text()
+    for topic, title, message in [
+        (TOPIC, "Again", "is taken"),
+        ("Views", "Capitals", "lowercase Python identifier"),
+        ("class", "A keyword", "lowercase Python identifier"),
+        ("fine", "", "one non-empty line"),
+    ]:
+        with pytest.raises(scaffold.ScaffoldError, match=message):
+            scaffold.new_chapter(topic, title=title, root=copy, execute=False)
+    with pytest.raises(scaffold.ScaffoldError, match="caption of a numbered part"):
+        scaffold.new_chapter("fine", title="Fine", part="Reference", root=copy, execute=False)
+    assert (copy / "_toc.yml").read_text() == before
+    assert not (copy / "book" / "fine.ipynb").exists()
