@@ -1,16 +1,18 @@
 """Tasks of pytorch-memo. `nox -l` lists them; plain `nox` runs every check.
 
 Every session shares one environment, `.nox/memo`, built from `pins.txt` (the verified
-stack) plus the package and its dependency groups. It is rebuilt only when `pins.txt` or
-`pyproject.toml` change, so torch (about 5 GB) is installed once, not once per session.
-Set MEMO_PYTHON=/path/to/python to use an existing environment instead (e.g. a GPU
-machine with its own torch and no package index).
+stack) plus the package and its dependency groups. It is rebuilt only when its digest
+(`memobook.env_digest`: `pins.txt`, `pyproject.toml`, the groups) changes, so torch is
+installed once, not once per session. Set MEMO_PYTHON=/path/to/python to use an existing
+environment instead (e.g. a GPU machine with its own torch and no package index).
+
+Facts about the book (chapters, nbval options, tags) come from `memobook`, the book's
+model, which imports only the standard library at import time.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import shutil
 import sys
@@ -18,26 +20,15 @@ from pathlib import Path
 
 import nox
 
+ROOT = Path(__file__).parent
+sys.path.insert(0, str(ROOT))  # nox does not put the noxfile's folder on sys.path
+import memobook
+
 nox.options.default_venv_backend = "none"  # the shared environment is made by _env()
 nox.options.sessions = ["lint", "tests", "notebooks", "site"]
 
-ROOT = Path(__file__).parent
-PINS = ROOT / "pins.txt"
 ENV = ROOT / ".nox" / "memo"
-GROUPS = ("test", "book", "lint", "browser")
 BUILD = ROOT / "_build"
-NBVAL = (
-    "-p",
-    "tests.conftest",
-    "--nbval-current-env",
-    "--nbval-sanitize-with",
-    "tests/sanitize.cfg",
-)
-
-
-def chapters() -> list[str]:
-    """Every chapter notebook, in file order."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "book").glob("*.ipynb"))
 
 
 def _env(session: nox.Session) -> None:
@@ -48,10 +39,7 @@ def _env(session: nox.Session) -> None:
     else:
         bindir = ENV / "bin"
         stamp = ENV / ".installed"
-        digest = hashlib.sha256()
-        for part in (PINS.read_bytes(), (ROOT / "pyproject.toml").read_bytes(), *GROUPS):
-            digest.update(part if isinstance(part, bytes) else part.encode())
-        want = digest.hexdigest()
+        want = memobook.env_digest()
         ENV.parent.mkdir(parents=True, exist_ok=True)
         with (ENV.parent / "memo.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one install at a time, even across sessions
@@ -60,8 +48,9 @@ def _env(session: nox.Session) -> None:
                     session.run(sys.executable, "-m", "venv", str(ENV))
                 py = str(bindir / "python")
                 session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1")
-                groups = [f"--group={g}" for g in GROUPS]
-                session.run(py, "-m", "pip", "install", "-q", "-r", str(PINS), "-e", ".", *groups)
+                groups = [f"--group={g}" for g in memobook.ENV_GROUPS]
+                pins = str(memobook.PINS)
+                session.run(py, "-m", "pip", "install", "-q", "-r", pins, "-e", ".", *groups)
                 stamp.write_text(want)
     # nox looks programs up on this process's PATH when a session has no virtualenv.
     os.environ["PATH"] = os.pathsep.join([str(bindir), os.environ.get("PATH", "")])
@@ -71,16 +60,17 @@ def _env(session: nox.Session) -> None:
     session.env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
 
 
-def _paths_or_all(posargs: list[str]) -> list[str]:
-    """The posargs, plus every chapter when none of them names a file."""
-    if any(Path(a).exists() for a in posargs):
-        return posargs
-    return [*chapters(), *posargs]
+def _chapters_or_posargs(session: nox.Session) -> list[str]:
+    """The posargs when one of them names a file; else every chapter, then the posargs."""
+    if any(Path(a).exists() for a in session.posargs):
+        return session.posargs
+    listed = str(session.run("python", "-m", "memobook", "chapters", silent=True))
+    return [*listed.split(), *session.posargs]
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Ruff on package, tests and notebooks; mypy strict on the package."""
+    """Ruff on everything (notebooks too); mypy strict on the package, the model and tests."""
     _env(session)
     session.run("ruff", "check", *(session.posargs or ["."]))
     session.run("ruff", "format", "--check", *(session.posargs or ["."]))
@@ -89,12 +79,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit tests and doctests of the package, and the notebooks' hygiene checks."""
+    """Unit tests and doctests of the package and the model, and the chapters' static checks."""
     _env(session)
     paths = session.posargs if any(Path(a).exists() for a in session.posargs) else []
     session.run(
         "python", "-m", "pytest", "--doctest-modules", "--ignore=tests/site",
-        *(paths or ["pytorch_memo", "tests", *session.posargs]),
+        *(paths or ["pytorch_memo", "memobook", "tests", *session.posargs]),
     )  # fmt: skip
 
 
@@ -102,10 +92,10 @@ def tests(session: nox.Session) -> None:
 def notebooks(session: nox.Session) -> None:
     """Strict nbval over every chapter (or the ones named); `gpu` cells need CUDA."""
     _env(session)
-    paths = _paths_or_all(session.posargs)
+    paths = _chapters_or_posargs(session)
     many = sum(p.endswith(".ipynb") for p in paths) > 1
-    workers = ["-n", "auto", "--dist", "loadfile"] if many else []
-    session.run("python", "-m", "pytest", "--nbval", *NBVAL, *workers, *paths)
+    workers = memobook.NBVAL_WORKERS if many else ()
+    session.run("python", "-m", "pytest", "--nbval", *memobook.NBVAL_ARGS, *workers, *paths)
 
 
 @nox.session
@@ -119,16 +109,21 @@ def book(session: nox.Session) -> None:
     session.log(f"open {BUILD / 'html' / 'index.html'}")
 
 
+def _chromium() -> str | None:
+    names = ("chromium", "chromium-browser", "google-chrome")
+    return os.environ.get("MEMO_CHROMIUM") or next(filter(None, map(shutil.which, names)), None)
+
+
 @nox.session
 def site(session: nox.Session) -> None:
-    """Build the book and check its pages in headless Chromium."""
-    names = ("chromium", "chromium-browser", "google-chrome")
-    chromium = os.environ.get("MEMO_CHROMIUM") or next(filter(None, map(shutil.which, names)), None)
+    """Build the book and check its pages in headless Chromium (required: install it)."""
+    chromium = _chromium()
     if chromium is None:
-        msg = "chromium is not installed (Debian: apt-get install -y chromium)"
-        if os.environ.get("CI"):
-            session.error(msg)
-        session.skip(msg)
+        session.error(
+            "the site checks need Chromium (Debian: apt-get install -y chromium; or set "
+            "MEMO_CHROMIUM=/path/to/chrome). To run the other checks alone: "
+            "nox -s lint tests notebooks"
+        )
     book(session)
     session.env["MEMO_CHROMIUM"] = chromium
     session.run("python", "-m", "pytest", "tests/site", *session.posargs)
@@ -136,9 +131,16 @@ def site(session: nox.Session) -> None:
 
 @nox.session
 def execute(session: nox.Session) -> None:
-    """Re-execute notebooks in place to refresh stored outputs (all, or the ones named)."""
+    """Re-execute chapters in place to refresh stored outputs (all, or the ones named)."""
     _env(session)
-    session.run("python", "tools/execute.py", *(session.posargs or chapters()))
+    session.run("python", "-m", "memobook.execute", *session.posargs)
+
+
+@nox.session
+def chapter(session: nox.Session) -> None:
+    """Start a chapter: `nox -s chapter -- TOPIC --title "Title"` writes what it needs."""
+    _env(session)
+    session.run("python", "-m", "memobook.scaffold", *session.posargs)
 
 
 @nox.session
@@ -147,7 +149,8 @@ def lab(session: nox.Session) -> None:
     _env(session)
     if shutil.which("jupyter-lab", path=session.env["PATH"]) is None:
         session.run("python", "-m", "pip", "install", "-q", "--group=lab")
-    session.run("jupyter-lab", "book", *session.posargs)
+    as_root = ["--allow-root"] if hasattr(os, "getuid") and os.getuid() == 0 else []
+    session.run("jupyter-lab", "book", *as_root, *session.posargs)
 
 
 @nox.session
@@ -159,12 +162,14 @@ def gpu(session: nox.Session) -> None:
         "import torch, sys; sys.exit(0 if torch.cuda.is_available() else "
         "'nox -s gpu needs CUDA: torch.cuda.is_available() is False')",
     )  # fmt: skip
-    paths = _paths_or_all(session.posargs)
-    session.run("python", "-m", "pytest", "--nbval-lax", "--memo-record-gpu", *NBVAL, *paths)
+    paths = _chapters_or_posargs(session)
+    session.run(
+        "python", "-m", "pytest", "--nbval-lax", "--memo-record-gpu", *memobook.NBVAL_ARGS, *paths
+    )
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Print per-chapter and whole-book execution times against a bare-notebook floor."""
+    """Measure the performance goals: verification overhead and Run All per chapter."""
     _env(session)
-    session.run("python", "tools/bench.py", *session.posargs)
+    session.run("python", "-m", "memobook.bench", *session.posargs)

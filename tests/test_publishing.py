@@ -7,9 +7,9 @@ import re
 
 import yaml
 
-from tests import bookfiles
+import memobook
 
-ROOT = bookfiles.ROOT
+ROOT = memobook.ROOT
 
 
 def _workflow(name: str) -> dict[object, object]:
@@ -37,8 +37,8 @@ def test_readme_gives_the_two_commands() -> None:
 
 def test_readme_launch_links_use_the_configured_repository() -> None:
     readme = (ROOT / "README.md").read_text()
-    repo = bookfiles.repository_url().removeprefix("https://github.com/")
-    branch = bookfiles.config()["repository"]["branch"]
+    repo = memobook.repository_url().removeprefix("https://github.com/")
+    branch = memobook.config()["repository"]["branch"]
     links = re.findall(r"<(https://[^>]+)>", readme)
     binder = [link for link in links if "mybinder.org" in link]
     colab = [link for link in links if "colab.research.google.com" in link]

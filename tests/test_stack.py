@@ -1,20 +1,20 @@
-"""One verified stack: pins.txt, environment.yml (Binder), noxfile.py and pyproject agree."""
+"""One verified stack: pins.txt, environment.yml (Binder), the environment and pyproject agree."""
 
 from __future__ import annotations
 
-import re
 import tomllib
+from pathlib import Path
 
 import yaml
 from packaging.requirements import Requirement
 
-from tests import bookfiles
+import memobook
 
-ROOT = bookfiles.ROOT
+ROOT = memobook.ROOT
 
 
 def test_pins_hold_the_card_versions() -> None:
-    pins = bookfiles.pins()
+    pins = memobook.pins()
     assert pins["torch"] == "2.14.1"
     assert pins["torchvision"] == "0.29.1"
 
@@ -26,7 +26,7 @@ def test_environment_installs_the_pins_cpu_build_and_package() -> None:
     assert "-e ." in pip
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in pip
     # No second, possibly different, version of a pinned package.
-    pinned = set(bookfiles.pins())
+    pinned = set(memobook.pins())
     for line in pip:
         if not line.startswith("-"):
             assert Requirement(line).name.lower() not in pinned, line
@@ -35,15 +35,23 @@ def test_environment_installs_the_pins_cpu_build_and_package() -> None:
     assert python.split("=")[1] >= requires.removeprefix(">=")
 
 
-def test_nox_installs_the_pins() -> None:
-    text = (ROOT / "noxfile.py").read_text()
-    assert re.search(r'PINS = ROOT / "pins.txt"', text)
-    assert '"-r", str(PINS)' in text
+def test_the_environment_digest_follows_what_it_is_built_from(tmp_path: Path) -> None:
+    """nox rebuilds .nox/memo (and CI's cache key changes) exactly when these change."""
+    for name in ("pins.txt", "pyproject.toml"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    before = memobook.env_digest(tmp_path)
+    assert before == memobook.env_digest()
+    for name in ("pins.txt", "pyproject.toml"):
+        saved = (tmp_path / name).read_bytes()
+        (tmp_path / name).write_bytes(saved + b"\n# changed\n")
+        assert memobook.env_digest(tmp_path) != before, name
+        (tmp_path / name).write_bytes(saved)
+    assert memobook.env_digest(tmp_path) == before
 
 
 def test_package_ranges_admit_the_pins() -> None:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    pins = bookfiles.pins()
+    pins = memobook.pins()
     for dep in map(Requirement, deps):
         assert dep.name.lower() in pins, f"{dep.name} is a dependency but not pinned"
         assert dep.specifier.contains(pins[dep.name.lower()]), f"{dep} excludes the pin"
@@ -52,12 +60,12 @@ def test_package_ranges_admit_the_pins() -> None:
 def test_installed_stack_is_the_pinned_one() -> None:
     from importlib.metadata import version
 
-    for name, pinned in bookfiles.pins().items():
+    for name, pinned in memobook.pins().items():
         assert version(name).split("+")[0] == pinned, f"{name} {version(name)} != pins.txt {pinned}"
 
 
 def test_setup_cell_installs_from_the_configured_repository() -> None:
-    url = bookfiles.repository_url()
+    url = memobook.repository_url()
     assert url.startswith("https://github.com/")
-    assert f"git+{url}@main" in bookfiles.setup_cell_source()
-    assert bookfiles.config()["repository"]["branch"] == "main"
+    assert f"git+{url}@main" in memobook.setup_cell_source()
+    assert memobook.config()["repository"]["branch"] == "main"

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests import bookfiles
+import memobook
 
-HTML = bookfiles.ROOT / "_build" / "html"
+HTML = memobook.ROOT / "_build" / "html"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -74,9 +74,5 @@ def page(browser: Browser) -> Iterator[Page]:
 
 
 def chapter_pages() -> list[Path]:
-    """The chapter notebooks listed in _toc.yml, in order."""
-    return [
-        bookfiles.ROOT / f"{entry}.ipynb"
-        for entry in bookfiles.toc_files()
-        if (bookfiles.ROOT / f"{entry}.ipynb").exists()
-    ]
+    """The chapter notebooks listed in _toc.yml, in reading order."""
+    return [c.path for c in memobook.chapters()]

@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page
 
-from tests import bookfiles
+import memobook
 from tests.site.conftest import chapter_pages
 
 CHAPTERS = chapter_pages()
 
 
 def _url(site_url: str, notebook: Path) -> str:
-    return f"{site_url}/{notebook.relative_to(bookfiles.ROOT).with_suffix('.html')}"
+    return f"{site_url}/{notebook.relative_to(memobook.ROOT).with_suffix('.html')}"
 
 
 def _stored_images(notebook: Path) -> int:
     return sum(
         "image/png" in output.get("data", {})
-        for cell in bookfiles.code_cells(bookfiles.load(notebook))
+        for cell in memobook.code_cells(memobook.load(notebook))
         for output in cell.get("outputs", [])
     )
 
@@ -41,7 +41,7 @@ def test_index_leads_to_the_intro_which_lists_every_chapter(page: Page, site_url
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_renders_outputs_and_figures(page: Page, site_url: str, notebook: Path) -> None:
     page.goto(_url(site_url, notebook))
-    title = bookfiles.source(bookfiles.load(notebook)["cells"][0]).splitlines()[0][2:]
+    title = memobook.source(memobook.load(notebook)["cells"][0]).splitlines()[0][2:]
     assert title.replace("`", "") in page.locator("article h1").first.inner_text()
     outputs = page.locator("article div.cell_output")
     assert outputs.count() > 0
@@ -58,14 +58,14 @@ def test_chapter_renders_outputs_and_figures(page: Page, site_url: str, notebook
 def test_launch_buttons_point_at_the_notebook(page: Page, site_url: str, notebook: Path) -> None:
     page.goto(_url(site_url, notebook))
     hrefs = page.eval_on_selector_all("a", "els => els.map(e => e.href)")
-    config = bookfiles.config()
-    repo = bookfiles.repository_url().removeprefix("https://github.com/")
+    config = memobook.config()
+    repo = memobook.repository_url().removeprefix("https://github.com/")
     branch = config["repository"]["branch"]
-    path = notebook.relative_to(bookfiles.ROOT).as_posix()
+    path = notebook.relative_to(memobook.ROOT).as_posix()
     binder = f"https://mybinder.org/v2/gh/{repo}/{branch}?urlpath=lab/tree/{path}"
     colab = f"https://colab.research.google.com/github/{repo}/blob/{branch}/{path}"
     assert binder in hrefs
     assert colab in hrefs
     download = next(h for h in hrefs if h.endswith(f"_sources/{path}"))
     with urllib.request.urlopen(download) as response:  # the .ipynb as stored
-        assert json.loads(response.read()) == bookfiles.load(notebook)
+        assert json.loads(response.read()) == memobook.load(notebook)

@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
+import memobook
 import pytorch_memo
-from tests import bookfiles
+from memobook.record import read_record
 from tests.site.conftest import chapter_pages
 
 CHAPTERS = chapter_pages()
 
 
 def _url(site_url: str, notebook: Path) -> str:
-    return f"{site_url}/{notebook.relative_to(bookfiles.ROOT).with_suffix('.html')}"
+    return f"{site_url}/{notebook.relative_to(memobook.ROOT).with_suffix('.html')}"
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,7 @@ def test_dark_mode_keeps_figures_on_white(browser: Browser, site_url: str) -> No
 def test_code_cells_have_copy_buttons(page: Page, site_url: str, notebook: Path) -> None:
     page.goto(_url(site_url, notebook))
     cells = page.locator("article div.cell_input").count()
-    assert cells == len(bookfiles.code_cells(bookfiles.load(notebook)))
+    assert cells == len(memobook.code_cells(memobook.load(notebook)))
     assert page.locator("article div.cell_input button.copybtn").count() == cells
 
 
@@ -93,12 +94,13 @@ def test_status_page_shows_each_chapters_record(page: Page, site_url: str) -> No
     rows = page.locator("table.memo-status tbody tr")
     assert rows.count() == len(CHAPTERS)
     for i, notebook in enumerate(CHAPTERS):
-        record = bookfiles.load(notebook)["metadata"]["pytorch_memo"]
+        record = read_record(memobook.load(notebook))
+        assert record is not None, f"{notebook.name} was never executed"
         cells = rows.nth(i).locator("td").all_inner_texts()
-        assert cells[1] == record["executed"]
-        assert cells[3] == record["torch"]
-        assert cells[4] == record["device"]
-        assert cells[5] == str(record["gpu_cells"])
+        assert cells[1] == record.executed
+        assert cells[3] == record.torch
+        assert cells[4] == record.device
+        assert cells[5] == str(record.gpu_cells)
 
 
 def test_api_page_documents_every_public_helper(page: Page, site_url: str) -> None:

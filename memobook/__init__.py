@@ -1,0 +1,327 @@
+"""The model of the book: the one place that knows what the book is made of.
+
+Everything that needs a fact about the book asks this package: the noxfile, the tools
+(``python -m memobook.execute``, ``.bench``, ``.scaffold``, ``.matrix``), the tests, the
+pytest plugin of the notebook runs and the Sphinx extension of the site.
+
+- the chapters, in reading order, from ``_toc.yml`` (:func:`chapters`);
+- the setup cell every chapter starts with (:func:`setup_cell_source`);
+- the cell tags the book uses (:data:`GPU_TAG`, ...);
+- the options of every nbval run (:data:`NBVAL_ARGS`);
+- the run records stored in each notebook's metadata (:mod:`memobook.record`);
+- the claims each chapter makes (:mod:`memobook.claims`).
+
+This module imports only the standard library at import time (the noxfile imports it
+from nox's own interpreter); reading YAML imports PyYAML when it is first needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository's root: ``_config.yml``, ``_toc.yml``, ``noxfile.py`` live here."""
+BOOK = ROOT / "book"
+PINS = ROOT / "pins.txt"
+PYPROJECT = ROOT / "pyproject.toml"
+SANITIZE = Path(__file__).resolve().parent / "sanitize.cfg"
+
+# ------------------------------------------------------------------------------- cell tags
+
+GPU_TAG = "gpu"
+"""A cell that needs CUDA: skipped by CPU runs, run by ``nox -s gpu``; guarded so it
+explains itself on a CPU."""
+HIDE_INPUT_TAG = "hide-input"
+"""The site folds the cell's code away (the setup cell)."""
+IGNORE_OUTPUT_TAG = "nbval-ignore-output"
+"""nbval does not compare the cell's output (timings, tables that vary); the cell asserts
+something stable instead."""
+RAISES_TAG = "raises-exception"
+"""The cell is expected to raise (its stored error is allowed)."""
+WIDE_OUTPUT_TAG = "wide-output"
+"""The site keeps the output's lines and lets it scroll sideways (profiler tables)."""
+CONTEXT_TAG = "context"
+"""A markdown cell of history, opinion or pointers, not facts: it needs no claim cell
+after it, and it links to its source."""
+TAGS = (GPU_TAG, HIDE_INPUT_TAG, IGNORE_OUTPUT_TAG, RAISES_TAG, WIDE_OUTPUT_TAG, CONTEXT_TAG)
+"""Every tag the book knows; a cell with another tag is a typo."""
+
+# ------------------------------------------------------------------------------ nbval runs
+
+NBVAL_ARGS = (
+    "-p",
+    "memobook.plugin",
+    "--nbval-current-env",
+    "--nbval-sanitize-with",
+    str(SANITIZE.relative_to(ROOT)),
+)
+"""pytest options of every notebook run, after ``--nbval`` (strict) or ``--nbval-lax``.
+Run from the repository's root."""
+NBVAL_WORKERS = ("-n", "auto", "--dist", "loadfile")
+"""xdist options when several notebooks run: each notebook stays in one worker (its cells
+share one kernel)."""
+
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+"""The kernel every chapter runs on."""
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+}
+"""What the kernel reports about its language, less the Python version, which
+:func:`language_info` adds. JupyterLab writes this into a notebook it opens and marks the
+notebook modified unless it is already stored, identical."""
+
+
+def language_info() -> dict[str, Any]:
+    """:data:`LANGUAGE_INFO` with this interpreter's version (the kernel's: chapters run on
+    the environment's own Python)."""
+    import platform
+
+    return {**LANGUAGE_INFO, "version": platform.python_version()}
+
+
+CODE_WIDTH = 84
+"""Characters per code line the site shows beside both sidebars; ``book/ruff.toml``
+formats the chapters to it (a test checks the two agree)."""
+
+# ----------------------------------------------------------------------------- the files
+
+
+def _yaml(path: Path) -> Any:
+    import yaml
+
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def config() -> dict[str, Any]:
+    """The parsed ``_config.yml``."""
+    loaded: dict[str, Any] = _yaml(ROOT / "_config.yml")
+    return loaded
+
+
+def repository_url() -> str:
+    """The repository's URL, from ``_config.yml`` (its one home)."""
+    return str(config()["repository"]["url"]).rstrip("/")
+
+
+def repository_branch() -> str:
+    """The branch readers' launch buttons and the setup cell use."""
+    return str(config()["repository"]["branch"])
+
+
+def toc(root: Path | None = None) -> dict[str, Any]:
+    """The parsed ``_toc.yml`` (of the repository at ``root``, this one by default)."""
+    loaded: dict[str, Any] = _yaml((ROOT if root is None else root) / "_toc.yml")
+    return loaded
+
+
+@dataclass(frozen=True)
+class TocEntry:
+    """One file of the table of contents.
+
+    Attributes:
+        docname: the path without suffix, relative to the root (``book/views``).
+        part: the caption of the part it is in (``""`` for the root page).
+        numbered: whether the part is numbered (chapters are; reference pages are not).
+    """
+
+    docname: str
+    part: str
+    numbered: bool
+
+
+def toc_entries(root: Path | None = None) -> list[TocEntry]:
+    """Every file named in ``_toc.yml``, the root first, in reading order."""
+    loaded = toc(root)
+    found = [TocEntry(str(loaded["root"]), "", numbered=False)]
+
+    def walk(entries: list[dict[str, Any]], part: str, numbered: bool) -> Iterator[TocEntry]:
+        for entry in entries:
+            if "file" in entry:
+                yield TocEntry(str(entry["file"]), part, numbered)
+            for key in ("chapters", "sections"):
+                yield from walk(entry.get(key, []), part, numbered)
+
+    for part in loaded.get("parts", []):
+        found += walk(part["chapters"], str(part.get("caption", "")), bool(part.get("numbered")))
+    found += walk(loaded.get("chapters", []), "", False)
+    return found
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A chapter: a notebook listed in ``_toc.yml``.
+
+    Attributes:
+        path: the notebook file.
+        docname: its name in the site (``book/views``).
+        part: the caption of its part of the book.
+    """
+
+    path: Path
+    docname: str
+    part: str
+
+    @property
+    def name(self) -> str:
+        """The topic: the file's stem (``views``)."""
+        return self.path.stem
+
+    @property
+    def title(self) -> str:
+        """The chapter's title: its first markdown heading, without backticks."""
+        return title_of(load(self.path))
+
+    def load(self) -> dict[str, Any]:
+        """The notebook as plain JSON."""
+        return load(self.path)
+
+
+def chapters(root: Path | None = None) -> list[Chapter]:
+    """Every chapter, in reading order (the notebooks ``_toc.yml`` lists)."""
+    base = ROOT if root is None else root
+    return [
+        Chapter(base / f"{entry.docname}.ipynb", entry.docname, entry.part)
+        for entry in toc_entries(base)
+        if (base / f"{entry.docname}.ipynb").is_file()
+    ]
+
+
+def chapter(name: str) -> Chapter:
+    """The chapter whose topic (file stem) is ``name``."""
+    for found in chapters():
+        if found.name == name:
+            return found
+    msg = f"name must be a chapter of _toc.yml, one of {[c.name for c in chapters()]}; got {name!r}"
+    raise KeyError(msg)
+
+
+def chapter_paths(names: Sequence[str] = ()) -> list[str]:
+    """Paths of the named chapters (topics or paths), relative to the root; all when empty."""
+    found = chapters()
+    if not names:
+        return [str(c.path.relative_to(ROOT)) for c in found]
+    by_name = {c.name: c for c in found} | {str(c.path.relative_to(ROOT)): c for c in found}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        msg = f"not chapters of _toc.yml: {missing}; chapters are {[c.name for c in found]}"
+        raise KeyError(msg)
+    return [str(by_name[n].path.relative_to(ROOT)) for n in names]
+
+
+# -------------------------------------------------------------------------- the notebooks
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A notebook as plain JSON."""
+    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return loaded
+
+
+def code_cells(nb: dict[str, Any]) -> list[dict[str, Any]]:
+    """The notebook's code cells, in order."""
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def source(cell: dict[str, Any]) -> str:
+    """A cell's source as one string."""
+    text = cell["source"]
+    return "".join(text) if isinstance(text, list) else str(text)
+
+
+def tags(cell: dict[str, Any]) -> list[str]:
+    """A cell's tags."""
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def title_of(nb: dict[str, Any]) -> str:
+    """The first markdown heading of a notebook, without ``#`` and backticks."""
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            for line in source(cell).splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip().replace("`", "")
+    return ""
+
+
+def package_imports(nb: dict[str, Any]) -> list[str]:
+    """``pytorch_memo.module.name`` for every name the notebook imports from the package,
+    in order of first import (cells that are not Python, such as magics, import nothing)."""
+    import ast
+
+    names: list[str] = []
+    for cell in code_cells(nb):
+        try:
+            tree = ast.parse(source(cell))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pytorch_memo."):
+                names += [f"{node.module}.{alias.name}" for alias in node.names]
+    return list(dict.fromkeys(names))
+
+
+def setup_cell_source() -> str:
+    """The first code cell of every chapter: installs ``pytorch_memo`` where it is missing.
+
+    Its first line says what it is, for readers who see it in JupyterLab or Colab (the
+    site folds it away).
+    """
+    return (
+        "# Setup cell (the same in every chapter): installs the book's helper package\n"
+        "# pytorch_memo where it is missing (Colab); does nothing where it is installed.\n"
+        "import importlib.util\n"
+        "import subprocess\n"
+        "import sys\n"
+        "\n"
+        'if importlib.util.find_spec("pytorch_memo") is None:\n'
+        f'    repo = "git+{repository_url()}@{repository_branch()}"\n'
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "-q", repo], check=True)'
+    )
+
+
+# ---------------------------------------------------------------------------- the stack
+
+
+def pins() -> dict[str, str]:
+    """``{name: version}`` from ``pins.txt``, the verified stack."""
+    found = {}
+    for number, raw in enumerate(PINS.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", line)
+        if match is None:
+            msg = f"pins.txt line {number} must be NAME==VERSION, got {raw!r}"
+            raise ValueError(msg)
+        found[match.group(1).lower()] = match.group(2)
+    return found
+
+
+ENV_GROUPS = ("test", "book", "lint", "browser")
+"""The dependency groups of ``pyproject.toml`` installed into the book's environment."""
+
+
+def env_digest(root: Path | None = None) -> str:
+    """What the book's environment is built from: ``pins.txt``, ``pyproject.toml`` and the
+    groups, hashed. The noxfile rebuilds ``.nox/memo`` when it changes; CI caches the
+    environment under it."""
+    base = ROOT if root is None else root
+    digest = hashlib.sha256()
+    for part in ((base / "pins.txt").read_bytes(), (base / "pyproject.toml").read_bytes()):
+        digest.update(part)
+    for group in ENV_GROUPS:
+        digest.update(group.encode())
+    return digest.hexdigest()

@@ -1,0 +1,146 @@
+"""Measure the book's performance goals (``nox -s bench``); never run as a test.
+
+Absolute times on a shared machine swing by half between runs, so every goal is a ratio
+of two things measured side by side in this one run:
+
+1. **Verification overhead**: the strict nbval run of every chapter (``nox -s
+   notebooks``) against a plain parallel Run All of the same notebooks (the same number
+   of worker processes, each running whole notebooks in a fresh kernel, comparing
+   nothing). Goal: at most 1.10.
+2. **A reader's Run All**, per chapter: running the chapter top to bottom in a fresh
+   kernel, against a bare notebook (the setup cell and ``import torch``) run right
+   before it. Goals: median over the chapters at most 2.0, every chapter at most 6.0.
+3. The site build (``jupyter-book build``), for information, and the slowest cells.
+
+Exit status 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import nbformat
+
+import memobook
+from memobook.execute import run_cells
+
+WORK = memobook.ROOT / "_build" / "bench"
+GOAL_OVERHEAD = 1.10
+GOAL_MEDIAN = 2.0
+GOAL_EACH = 6.0
+
+
+def bare_notebook() -> nbformat.NotebookNode:
+    """The floor of a chapter: its setup cell and ``import torch``."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = dict(memobook.KERNELSPEC)
+    nb.cells = [
+        nbformat.v4.new_code_cell(memobook.setup_cell_source()),
+        nbformat.v4.new_code_cell("import torch"),
+    ]
+    return nb  # type: ignore[no-any-return]  # nbformat is unannotated
+
+
+def run_all(path: Path, cells: list[tuple[float, str]] | None = None) -> float:
+    """Seconds to run the notebook at ``path`` top to bottom in a fresh kernel."""
+    nb = nbformat.read(path, as_version=4)
+    seconds: dict[int, float] = {}
+    start = time.perf_counter()
+    run_cells(nb, path.parent, seconds=seconds)
+    took = time.perf_counter() - start
+    if cells is not None:
+        for index, cell_seconds in seconds.items():
+            first = nb.cells[index].source.strip().splitlines()[0][:48]
+            cells.append((cell_seconds, f"{path.stem} [{index}] {first}"))
+    return took
+
+
+def plain_parallel_run_all(paths: list[Path], workers: int) -> float:
+    """Seconds to Run All every notebook, ``workers`` at a time, comparing nothing."""
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(run_all, paths))
+    return time.perf_counter() - start
+
+
+def strict_nbval(paths: list[Path], workers: int) -> float:
+    """Seconds of the strict nbval run of ``nox -s notebooks`` over ``paths``."""
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+        *memobook.NBVAL_ARGS, "-n", str(workers), "--dist", "loadfile", *map(str, paths),
+    ]  # fmt: skip
+    start = time.perf_counter()
+    subprocess.run(command, cwd=memobook.ROOT, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("chapters", nargs="*", help="topics or paths (default: every chapter)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--no-site", action="store_true", help="skip the site build")
+    args = parser.parse_args(argv)
+    paths = [memobook.ROOT / p for p in memobook.chapter_paths(args.chapters)]
+
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    bare = WORK / "bare.ipynb"
+    nbformat.write(bare_notebook(), bare)
+    run_all(bare)  # warm-up: the first kernel of a run starts cold
+
+    print("1. A reader's Run All, each chapter beside a bare notebook run just before it")
+    print(f"{'chapter':<16} {'chapter s':>9} {'bare s':>7} {'ratio':>6}")
+    cells: list[tuple[float, str]] = []
+    ratios = []
+    for path in paths:
+        floor = run_all(bare)
+        took = run_all(path, cells)
+        ratios.append(took / floor)
+        print(f"{path.stem:<16} {took:9.1f} {floor:7.1f} {took / floor:6.2f}", flush=True)
+    median, worst = statistics.median(ratios), max(ratios)
+    print(
+        f"median ratio {median:.2f} (goal <= {GOAL_MEDIAN}); largest {worst:.2f} (goal <= {GOAL_EACH})"
+    )
+    print("\nslowest cells (seconds):")
+    for took, where in sorted(cells, reverse=True)[:12]:
+        print(f"{took:6.2f}  {where}")
+
+    print(f"\n2. Verification overhead, {len(paths)} chapters, {args.workers} workers")
+    plain = plain_parallel_run_all(paths, args.workers)
+    strict = strict_nbval(paths, args.workers)
+    overhead = strict / plain
+    print(f"plain parallel Run All: {plain:6.1f} s")
+    print(f"strict nbval:           {strict:6.1f} s")
+    print(f"ratio strict / plain:   {overhead:6.2f}  (goal <= {GOAL_OVERHEAD})")
+
+    if not args.no_site:
+        html = WORK / "site"
+        start = time.perf_counter()
+        command = ["jupyter-book", "build", ".", "--all", "--path-output", str(html)]
+        subprocess.run(command, cwd=memobook.ROOT, check=True, stdout=subprocess.DEVNULL)
+        print(f"\n3. site build (jupyter-book, all pages): {time.perf_counter() - start:.1f} s")
+    shutil.rmtree(WORK, ignore_errors=True)
+
+    missed = [
+        name
+        for name, ok in (
+            ("median Run All ratio", median <= GOAL_MEDIAN),
+            ("largest Run All ratio", worst <= GOAL_EACH),
+            ("verification overhead", overhead <= GOAL_OVERHEAD),
+        )
+        if not ok
+    ]
+    print("\ngoals missed: " + ", ".join(missed) if missed else "\nevery goal met")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

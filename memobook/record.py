@@ -1,0 +1,244 @@
+"""The run records: what ran, when, where, stored with the book.
+
+- :class:`RunRecord`, in each chapter's notebook metadata under ``pytorch_memo``: the
+  last ``nox -s execute`` of the chapter (whose outputs are stored) and the last run of
+  its ``gpu`` cells on a GPU (:class:`GpuRun`).
+- :class:`MatrixRecord`, in ``book/_data/matrix.json``: how every chapter and the unit
+  tests fared on each torch release of the version matrix (``nox -s matrix``).
+
+Readers check what they read and name the file and the field that is wrong; writers
+write atomically. The site's status and memo pages, the tools and the tests all go
+through this module.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memobook import BOOK
+
+METADATA_KEY = "pytorch_memo"
+"""Where a notebook's metadata holds its :class:`RunRecord`."""
+MATRIX = BOOK / "_data" / "matrix.json"
+"""The version matrix's committed record."""
+
+
+class RecordError(ValueError):
+    """A stored record that does not have the expected fields and types."""
+
+
+def now() -> str:
+    """The time records use: UTC, to the minute (``2026-11-22 10:00 UTC``)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _field(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        msg = f"{where}: the field {key!r} is missing (it has {sorted(data)})"
+        raise RecordError(msg)
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        msg = f"{where}: {key} must be {kind}, got {type(value).__name__}: {value!r}"
+        raise RecordError(msg)
+    return value
+
+
+@dataclass(frozen=True)
+class GpuRun:
+    """The last run of a chapter's ``gpu`` cells on a GPU, all of which passed.
+
+    Attributes:
+        executed: when (:func:`now`).
+        torch: ``torch.__version__`` of that run.
+        device: the GPU's name (``torch.cuda.get_device_name``).
+        cells: how many ``gpu`` cells ran and passed (None in records made before it was
+            counted).
+    """
+
+    executed: str
+    torch: str
+    device: str
+    cells: int | None = None
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> GpuRun:
+        if not isinstance(data, Mapping):
+            msg = f"{where}: gpu_run must be a mapping or null, got {type(data).__name__}"
+            raise RecordError(msg)
+        cells = data.get("cells")
+        if cells is not None:
+            cells = _field(data, "cells", int, where)
+        return cls(
+            executed=_field(data, "executed", str, where),
+            torch=_field(data, "torch", str, where),
+            device=_field(data, "device", str, where),
+            cells=cells,
+        )
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """How a chapter's stored outputs were made (``nox -s execute``).
+
+    Attributes:
+        executed: when (:func:`now`).
+        seconds: how long the whole notebook took.
+        torch: ``torch.__version__``.
+        device: ``cpu``, or the GPU's name when the run had one.
+        gpu_cells: how many cells are tagged ``gpu``.
+        gpu_run: the last GPU run of those cells, or None.
+    """
+
+    executed: str
+    seconds: float
+    torch: str
+    device: str
+    gpu_cells: int
+    gpu_run: GpuRun | None = None
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> RunRecord:
+        if not isinstance(data, Mapping):
+            msg = f"{where}: the run record must be a mapping, got {type(data).__name__}"
+            raise RecordError(msg)
+        gpu = data.get("gpu_run")
+        return cls(
+            executed=_field(data, "executed", str, where),
+            seconds=float(_field(data, "seconds", (int, float), where)),
+            torch=_field(data, "torch", str, where),
+            device=_field(data, "device", str, where),
+            gpu_cells=_field(data, "gpu_cells", int, where),
+            gpu_run=None if gpu is None else GpuRun.from_json(gpu, where),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.gpu_run is not None and self.gpu_run.cells is None:
+            del data["gpu_run"]["cells"]
+        return data
+
+
+def read_record(nb: Mapping[str, Any], *, where: str = "notebook") -> RunRecord | None:
+    """The notebook's :class:`RunRecord`, or None when it has never been executed."""
+    data = nb.get("metadata", {}).get(METADATA_KEY)
+    return None if data is None else RunRecord.from_json(data, f"{where} metadata")
+
+
+def write_record(nb: dict[str, Any], record: RunRecord) -> None:
+    """Store ``record`` in the notebook's metadata (the caller writes the file)."""
+    nb.setdefault("metadata", {})[METADATA_KEY] = record.to_json()
+
+
+def record_gpu_run(path: Path, run: GpuRun) -> None:
+    """Store ``run`` as the GPU run of the notebook at ``path``, keeping the rest."""
+    from pytorch_memo._files import write_text
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    old = read_record(nb, where=str(path))
+    if old is None:
+        msg = f"{path} has no run record: execute it first (nox -s execute -- {path})"
+        raise RecordError(msg)
+    write_record(nb, RunRecord(**{**asdict(old), "gpu_run": run}))
+    write_text(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+
+# --------------------------------------------------------------------------- the matrix
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Counts of one pytest run: a chapter's cells in lax nbval, or the unit tests."""
+
+    passed: int
+    failed: int
+    skipped: int
+    errors: int = 0
+    failures: tuple[str, ...] = ()
+    """The ids of what failed (cell or test ids), so the status page can name them."""
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.errors == 0 and self.passed > 0
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Outcome:
+        if not isinstance(data, Mapping):
+            msg = f"{where} must be a mapping, got {type(data).__name__}"
+            raise RecordError(msg)
+        failures = data.get("failures", [])
+        if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
+            msg = f"{where}: failures must be a list of str"
+            raise RecordError(msg)
+        return cls(
+            passed=_field(data, "passed", int, where),
+            failed=_field(data, "failed", int, where),
+            skipped=_field(data, "skipped", int, where),
+            errors=int(data.get("errors", 0)),
+            failures=tuple(failures),
+        )
+
+
+@dataclass(frozen=True)
+class MatrixRun:
+    """One torch release of the version matrix."""
+
+    torch: str
+    torchvision: str
+    executed: str
+    python: str
+    unit: Outcome
+    chapters: dict[str, Outcome] = field(default_factory=dict)
+    """Lax nbval outcome by chapter topic (``views``)."""
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> MatrixRun:
+        if not isinstance(data, Mapping):
+            msg = f"{where} must be a mapping, got {type(data).__name__}"
+            raise RecordError(msg)
+        chapters = _field(data, "chapters", Mapping, where)
+        return cls(
+            torch=_field(data, "torch", str, where),
+            torchvision=_field(data, "torchvision", str, where),
+            executed=_field(data, "executed", str, where),
+            python=_field(data, "python", str, where),
+            unit=Outcome.from_json(data.get("unit"), f"{where} unit"),
+            chapters={
+                str(k): Outcome.from_json(v, f"{where} chapter {k}") for k, v in chapters.items()
+            },
+        )
+
+
+@dataclass(frozen=True)
+class MatrixRecord:
+    """Every torch release the matrix ran, by version string."""
+
+    runs: dict[str, MatrixRun] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path = MATRIX) -> MatrixRecord:
+        """The record at ``path``; empty when the matrix never ran."""
+        if not path.exists():
+            return cls()
+        data = json.loads(path.read_text(encoding="utf-8"))
+        runs = _field({"runs": data.get("runs")}, "runs", Mapping, str(path))
+        return cls({str(k): MatrixRun.from_json(v, f"{path} run {k}") for k, v in runs.items()})
+
+    def with_run(self, run: MatrixRun) -> MatrixRecord:
+        """A copy with ``run`` replacing any earlier run of the same torch release."""
+        return MatrixRecord({**self.runs, run.torch: run})
+
+    def write(self, path: Path = MATRIX) -> None:
+        """Write the record atomically, releases sorted by version."""
+        from pytorch_memo._files import write_text
+
+        def key(version: str) -> tuple[int, ...]:
+            return tuple(int(p) if p.isdigit() else 0 for p in version.split("+")[0].split("."))
+
+        runs = {v: asdict(self.runs[v]) for v in sorted(self.runs, key=key)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps({"runs": runs}, indent=1) + "\n")

@@ -1,0 +1,301 @@
+"""Sphinx additions for the pytorch-memo site (``_config.yml`` loads it as ``memobook.site``).
+
+- ``memo-status``: a directive that renders the execution-status table from what
+  `nox -s execute` (and a GPU run) recorded in each chapter's notebook metadata.
+- A "Helpers used in this chapter" section appended to every chapter, generated from
+  the chapter's ``from pytorch_memo... import ...`` lines and linked to the API reference
+  (nitpicky builds fail when a helper is missing from the reference).
+- Small fixes: repeated <script> tags removed; figures kept legible in dark mode.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+import posixpath
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx import addnodes
+from sphinx.application import Sphinx
+from sphinx.util.docutils import SphinxDirective
+from sphinx.util.nodes import nested_parse_with_titles
+
+import memobook
+from memobook.claims import anchor, cell_claims, chapter_claims
+from memobook.record import MATRIX, MatrixRecord, RunRecord, read_record
+
+STATIC = Path(__file__).parent / "static"
+HELPERS_TITLE = "Helpers used in this chapter"
+
+
+def _dedupe_scripts(
+    app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
+) -> None:
+    """Drop repeated <script> entries.
+
+    sphinx-thebe registers its inline configuration script once per build phase, and
+    Jupyter Book 1 triggers that twice; the browser then stops on "Identifier
+    'THEBE_JS_URL' has already been declared".
+    """
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    unique = []
+    for script in context.get("script_files", []):
+        attributes = getattr(script, "attributes", {})
+        filename = getattr(script, "filename", script) or ""  # inline scripts: None or ""
+        key = (str(filename), tuple(sorted(attributes.items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
+def _doc_link(docname: str, title: str) -> addnodes.pending_xref:
+    ref = addnodes.pending_xref(
+        "", refdomain="std", reftype="doc", reftarget=f"/{docname}", refexplicit=True
+    )
+    ref += nodes.inline(text=title)
+    return ref
+
+
+def _table(headers: list[str], rows: list[list[nodes.Node | str]]) -> nodes.table:
+    table = nodes.table(classes=["memo-status"])
+    group = nodes.tgroup(cols=len(headers))
+    table += group
+    group.extend(nodes.colspec(colwidth=1) for _ in headers)
+    head = nodes.thead()
+    body = nodes.tbody()
+    group += head
+    group += body
+    lines: list[tuple[nodes.Element, list[nodes.Node | str]]] = [(head, list(headers))]
+    lines += [(body, row) for row in rows]
+    for target, cells in lines:
+        row = nodes.row()
+        for cell in cells:
+            entry = nodes.entry()
+            paragraph = nodes.paragraph()
+            paragraph += nodes.Text(cell) if isinstance(cell, str) else cell
+            entry += paragraph
+            row += entry
+        target += row
+    return table
+
+
+class StatusDirective(SphinxDirective):
+    """The execution status of every chapter, from its notebook's metadata."""
+
+    def run(self) -> list[nodes.Node]:
+        rows: list[list[nodes.Node | str]] = []
+        for chapter in memobook.chapters(Path(self.env.srcdir)):
+            self.env.note_dependency(str(chapter.path))
+            record = read_record(chapter.load(), where=str(chapter.path))
+            link = _doc_link(chapter.docname, chapter.title)
+            if record is None:
+                rows.append([link, "never", "", "", "", "", ""])
+                continue
+            gpu = record.gpu_run
+            if record.gpu_cells == 0:
+                gpu_text = "no GPU cells"
+            elif gpu is None:
+                gpu_text = "not run yet"
+            else:
+                gpu_text = f"{gpu.executed} on {gpu.device} (torch {gpu.torch})"
+            rows.append(
+                [
+                    link,
+                    record.executed,
+                    f"{record.seconds:.1f} s",
+                    record.torch,
+                    record.device,
+                    str(record.gpu_cells),
+                    gpu_text,
+                ]
+            )
+        headers = [
+            "chapter",
+            "last executed",
+            "time",
+            "torch",
+            "device",
+            "GPU cells",
+            "GPU cells last ran",
+        ]
+        return [_table(headers, rows)]
+
+
+class ApiDirective(SphinxDirective):
+    """One section per public module of pytorch_memo, documented by autodoc.
+
+    Generated from the package itself, so a new module cannot be left out.
+    """
+
+    def run(self) -> list[nodes.Node]:
+        import pytorch_memo
+
+        users = module_users(Path(self.env.srcdir))
+        lines: list[str] = []
+        for module in pkgutil.iter_modules(pytorch_memo.__path__):
+            if module.name.startswith("_"):
+                continue
+            name = f"pytorch_memo.{module.name}"
+            chapters = users.get(name, [])
+            used = ", ".join(f"[{c.title}](/{c.docname})" for c in chapters) or "no chapter yet"
+            # The page is MyST markdown; autodoc writes reStructuredText, hence eval-rst.
+            rst = ["```{eval-rst}", f".. automodule:: {name}", "   :members:", "```"]
+            lines += [f"## `{name}`", "", f"Used by: {used}.", "", *rst, ""]
+        for chapter in memobook.chapters(Path(self.env.srcdir)):
+            self.env.note_dependency(str(chapter.path))
+        container = nodes.section()
+        nested_parse_with_titles(self.state, StringList(lines, source="memo-api"), container)
+        return list(container.children)
+
+
+def module_users(root: Path) -> dict[str, list[memobook.Chapter]]:
+    """For each module of the package, the chapters that import from it, in reading order."""
+    users: dict[str, list[memobook.Chapter]] = {}
+    for chapter in memobook.chapters(root):
+        modules = {name.rsplit(".", 1)[0] for name in memobook.package_imports(chapter.load())}
+        for module in sorted(modules):
+            users.setdefault(module, []).append(chapter)
+    return users
+
+
+def _inline(text: str) -> list[nodes.Node]:
+    """A claim's text, its backticked names as code."""
+    parts = text.split("`")
+    return [
+        nodes.literal(text=part) if i % 2 else nodes.Text(part)
+        for i, part in enumerate(parts)
+        if part
+    ]
+
+
+def _verified(record: RunRecord | None, matrix: MatrixRecord, chapter: str) -> str:
+    """Where a chapter's claims were last checked: the stored run and the version matrix."""
+    if record is None:
+        return "Never executed."
+    text = f"Checked with torch {record.torch} on {record.device.upper() if record.device == 'cpu' else record.device} ({record.executed})"
+    passed = [
+        v for v, run in matrix.runs.items() if chapter in run.chapters and run.chapters[chapter].ok
+    ]
+    failed = [
+        v
+        for v, run in matrix.runs.items()
+        if chapter in run.chapters and not run.chapters[chapter].ok
+    ]
+    if passed:
+        text += f"; its checks also pass on torch {', '.join(passed)} (version matrix)"
+    if failed:
+        text += f"; some fail on torch {', '.join(failed)} (see the status page)"
+    return text + "."
+
+
+def _gpu_note(record: RunRecord | None) -> str:
+    if record is None or record.gpu_run is None:
+        return "GPU claim: not yet run on a GPU"
+    run = record.gpu_run
+    return f"GPU claim: checked with torch {run.torch} on {run.device} ({run.executed})"
+
+
+class ClaimsDirective(SphinxDirective):
+    """The memo: every claim of the book, by chapter, each linked to the cell proving it."""
+
+    def run(self) -> list[nodes.Node]:
+        matrix = MatrixRecord.read(Path(self.env.srcdir) / MATRIX.relative_to(memobook.ROOT))
+        here = self.env.docname
+        out: list[nodes.Node] = []
+        total = 0
+        for chapter in memobook.chapters(Path(self.env.srcdir)):
+            self.env.note_dependency(str(chapter.path))
+            claims = chapter_claims(chapter)
+            record = read_record(chapter.load(), where=str(chapter.path))
+            section = nodes.section(ids=[f"memo-{chapter.name}"], names=[f"memo {chapter.name}"])
+            title = nodes.title()
+            title += _doc_link(chapter.docname, chapter.title)
+            section += title
+            section += nodes.paragraph(
+                text=f"{len(claims)} claims. {_verified(record, matrix, chapter.name)}",
+                classes=["memo-verified"],
+            )
+            items = nodes.bullet_list(classes=["memo-claims"])
+            relative = posixpath.relpath(chapter.docname, posixpath.dirname(here))
+            for claim in claims:
+                ref = nodes.reference(
+                    "", "", refuri=f"{relative}.html#{claim.anchor}", classes=["memo-claim-link"]
+                )
+                ref.extend(_inline(claim.text))
+                paragraph = nodes.paragraph()
+                paragraph += ref
+                if claim.gpu:
+                    paragraph += nodes.inline(text=f" ({_gpu_note(record)})", classes=["memo-gpu"])
+                item = nodes.list_item()
+                item += paragraph
+                items += item
+            section += items
+            out.append(section)
+            total += len(claims)
+        summary = nodes.paragraph(
+            text=f"{total} claims in {len(out)} chapters.", classes=["memo-total"]
+        )
+        return [summary, *out]
+
+
+def _add_claim_anchors(app: Sphinx, doctree: nodes.document) -> None:
+    """Give each claim cell of a chapter page its anchor (``claim-<cell id>``) and a class."""
+    notebook = Path(app.srcdir) / f"{app.env.docname}.ipynb"
+    if not app.env.docname.startswith("book/") or not notebook.exists():
+        return
+    cells = memobook.load(notebook)["cells"]
+    for container in doctree.findall(nodes.container):
+        if container.get("nb_element") != "cell_code":
+            continue
+        cell = cells[container["cell_index"]]
+        if cell_claims(memobook.source(cell)):
+            container["ids"].append(anchor(str(cell.get("id", ""))))
+            container["classes"].append("memo-claim")
+
+
+def _add_helper_links(app: Sphinx, doctree: nodes.document) -> None:
+    docname = app.env.docname
+    notebook = Path(app.srcdir) / f"{docname}.ipynb"
+    if not docname.startswith("book/") or not notebook.exists():
+        return
+    helpers = memobook.package_imports(memobook.load(notebook))
+    chapter = next(iter(doctree.findall(nodes.section)), None)
+    if not helpers or chapter is None:
+        return
+    section = nodes.section(ids=["helpers-used-in-this-chapter"], names=[HELPERS_TITLE.lower()])
+    section += nodes.title(text=HELPERS_TITLE)
+    section += nodes.paragraph(
+        text="The chapter imports these from the book's package; each links to its reference."
+    )
+    items = nodes.bullet_list()
+    for target in helpers:
+        ref = addnodes.pending_xref(
+            "", refdomain="py", reftype="obj", reftarget=target, refexplicit=False, refwarn=True
+        )
+        ref += nodes.literal(text=target)
+        item = nodes.list_item()
+        paragraph = nodes.paragraph()
+        paragraph += ref
+        item += paragraph
+        items += item
+    section += items
+    chapter += section
+
+
+def _add_static(app: Sphinx) -> None:
+    app.config.html_static_path.append(str(STATIC))
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_directive("memo-status", StatusDirective)
+    app.add_directive("memo-api", ApiDirective)
+    app.add_directive("memo-claims", ClaimsDirective)
+    app.connect("doctree-read", _add_claim_anchors)
+    app.connect("builder-inited", _add_static)
+    app.add_css_file("memo.css")
+    app.connect("doctree-read", _add_helper_links)
+    app.connect("html-page-context", _dedupe_scripts, priority=1000)  # after the others
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,130 @@
+"""The run records (memobook.record) and the GPU record of `nox -s gpu` (memobook.plugin)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import memobook
+from memobook.plugin import record_gpu_runs
+from memobook.record import (
+    GpuRun,
+    MatrixRecord,
+    MatrixRun,
+    Outcome,
+    RecordError,
+    RunRecord,
+    read_record,
+    write_record,
+)
+
+RUN = GpuRun("2026-01-01 00:00 UTC", "2.14.1", "Stand-in GPU")
+RECORD = RunRecord("2026-01-01 00:00 UTC", 1.5, "2.14.1", "cpu", gpu_cells=2)
+
+
+def _notebook(path: Path, record: RunRecord | None = RECORD) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    nbformat.write(nb, path)
+    if record is not None:
+        data = json.loads(path.read_text())
+        write_record(data, record)
+        path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_record_round_trips_through_the_metadata() -> None:
+    nb: dict[str, object] = {"cells": [], "metadata": {}}
+    write_record(nb, RECORD)
+    assert read_record(nb) == RECORD
+    with_gpu = RunRecord(**{**RECORD.__dict__, "gpu_run": GpuRun("d", "2.11", "H100", 3)})
+    write_record(nb, with_gpu)
+    assert read_record(json.loads(json.dumps(nb))) == with_gpu
+
+
+def test_a_notebook_never_executed_has_no_record() -> None:
+    assert read_record({"cells": [], "metadata": {}}) is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"seconds": 1.0, "torch": "2", "device": "cpu", "gpu_cells": 0}, "'executed' is missing"),
+        (
+            {"executed": "d", "seconds": "1", "torch": "2", "device": "cpu", "gpu_cells": 0},
+            "seconds must be",
+        ),
+        (
+            {"executed": "d", "seconds": 1, "torch": "2", "device": "cpu", "gpu_cells": True},
+            "gpu_cells must be",
+        ),
+        (
+            {
+                "executed": "d",
+                "seconds": 1,
+                "torch": "2",
+                "device": "cpu",
+                "gpu_cells": 1,
+                "gpu_run": 3,
+            },
+            "gpu_run must be a mapping",
+        ),
+    ],
+)
+def test_a_damaged_record_is_named(data: dict[str, object], message: str) -> None:
+    nb = {"metadata": {"pytorch_memo": data}}
+    with pytest.raises(RecordError, match=message) as caught:
+        read_record(nb, where="book/x.ipynb")
+    assert "book/x.ipynb" in str(caught.value)
+
+
+def test_every_chapters_record_reads() -> None:
+    for chapter in memobook.chapters():
+        record = read_record(chapter.load(), where=str(chapter.path))
+        assert record is not None, f"{chapter.name} was never executed"
+        gpu = sum(memobook.GPU_TAG in memobook.tags(c) for c in memobook.code_cells(chapter.load()))
+        assert record.gpu_cells == gpu, chapter.name
+
+
+def test_only_notebooks_whose_gpu_cells_all_passed_are_recorded(tmp_path: Path) -> None:
+    ok, bad = _notebook(tmp_path / "ok.ipynb"), _notebook(tmp_path / "bad.ipynb")
+    cells = {
+        ok: {"ok.ipynb::Cell 1", "ok.ipynb::Cell 2"},
+        bad: {"bad.ipynb::Cell 1", "bad.ipynb::Cell 2"},
+    }
+    assert record_gpu_runs(cells, {"bad.ipynb::Cell 2"}, RUN) == [ok]
+    recorded = read_record(json.loads(ok.read_text()))
+    assert recorded is not None
+    assert recorded.gpu_run == GpuRun(RUN.executed, RUN.torch, RUN.device, cells=2)
+    assert recorded.executed == RECORD.executed  # the execute record is kept
+    untouched = read_record(json.loads(bad.read_text()))
+    assert untouched is not None
+    assert untouched.gpu_run is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.ipynb", "ok.ipynb"]  # no temp files
+
+
+def test_a_gpu_run_needs_an_executed_notebook(tmp_path: Path) -> None:
+    path = _notebook(tmp_path / "new.ipynb", record=None)
+    with pytest.raises(RecordError, match="no run record: execute it first"):
+        record_gpu_runs({path: {"new.ipynb::Cell 0"}}, set(), RUN)
+
+
+def test_the_matrix_record_round_trips_and_replaces_a_release(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.json"
+    assert MatrixRecord.read(path).runs == {}
+    unit = Outcome(10, 0, 1)
+    first = MatrixRun(
+        "2.15.0", "0.29.2", "d", "3.11.7", unit, {"views": Outcome(5, 1, 0, failures=("c3",))}
+    )
+    older = MatrixRun("2.8.0", "0.23.0", "d", "3.11.7", unit, {"views": Outcome(6, 0, 0)})
+    MatrixRecord().with_run(first).with_run(older).write(path)
+    again = MatrixRecord.read(path)
+    assert list(again.runs) == ["2.8.0", "2.15.0"]  # by version, not as text
+    assert again.runs["2.15.0"] == first
+    assert not again.runs["2.15.0"].chapters["views"].ok
+    redone = MatrixRun("2.15.0", "0.29.2", "e", "3.11.7", unit, {"views": Outcome(6, 0, 0)})
+    assert MatrixRecord.read(path).with_run(redone).runs["2.15.0"].executed == "e"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix.json"]
