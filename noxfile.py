@@ -168,6 +168,13 @@ def gpu(session: nox.Session) -> None:
     )
 
 
+@nox.session(default=False)
+def matrix(session: nox.Session) -> None:
+    """The version matrix: unit tests and lax nbval on each torch of versions.toml (slow)."""
+    _env(session)
+    session.run("python", "-m", "memobook.matrix", *session.posargs)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Measure the performance goals: verification overhead and Run All per chapter."""

@@ -1,6 +1,8 @@
 """pytest plugin of the notebook runs (:data:`memobook.NBVAL_ARGS` loads it).
 
 - Cells tagged ``gpu`` are skipped, with the reason, when CUDA is not available.
+- With ``--memo-outcomes=PATH`` (the version matrix), the outcome of every test by its
+  node id is written to PATH as JSON (``passed``, ``failed``, ``skipped``, ``error``).
 - With ``--memo-record-gpu`` (``nox -s gpu``), each notebook none of whose ``gpu`` cells
   failed or was skipped gets a :class:`~memobook.record.GpuRun` in its run record; the
   status and memo pages show it.
@@ -9,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from memobook.record import GpuRun, now, record_gpu_run
 
 _gpu_cells: dict[Path, set[str]] = defaultdict(set)  # notebook -> node ids of its gpu cells
 _not_passed: set[str] = set()
+_outcomes: dict[str, str] = {}
 
 
 @functools.cache
@@ -34,6 +38,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--memo-record-gpu",
         action="store_true",
         help="record in each notebook's metadata that its gpu cells ran and passed",
+    )
+    parser.addoption(
+        "--memo-outcomes",
+        metavar="PATH",
+        help="write every test's outcome by node id to PATH (JSON)",
     )
 
 
@@ -52,6 +61,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed or report.skipped:
         _not_passed.add(report.nodeid)
+    if report.when == "call" or report.outcome != "passed":
+        # A failure in setup or teardown is an error; a skip is reported from setup.
+        error = report.failed and report.when != "call"
+        if _outcomes.get(report.nodeid) not in ("failed", "error"):
+            _outcomes[report.nodeid] = "error" if error else report.outcome
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        _outcomes[report.nodeid or "collection"] = "error"
 
 
 def record_gpu_runs(
@@ -68,6 +87,11 @@ def record_gpu_runs(
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    outcomes = session.config.getoption("--memo-outcomes", default=None)
+    if outcomes and not hasattr(session.config, "workerinput"):  # xdist's controller only
+        from pytorch_memo._files import write_text
+
+        write_text(outcomes, json.dumps(_outcomes, indent=1, sort_keys=True) + "\n")
     if not session.config.getoption("--memo-record-gpu", default=False) or not cuda_available():
         return
     import torch

@@ -24,7 +24,7 @@ from sphinx.util.nodes import nested_parse_with_titles
 
 import memobook
 from memobook.claims import anchor, cell_claims, chapter_claims
-from memobook.record import MATRIX, MatrixRecord, RunRecord, read_record
+from memobook.record import MATRIX, MatrixRecord, Outcome, RunRecord, read_record
 
 STATIC = Path(__file__).parent / "static"
 HELPERS_TITLE = "Helpers used in this chapter"
@@ -122,6 +122,56 @@ class StatusDirective(SphinxDirective):
             "GPU cells last ran",
         ]
         return [_table(headers, rows)]
+
+
+class MatrixDirective(SphinxDirective):
+    """Chapter x torch release: how each chapter's checks fared in the version matrix."""
+
+    def run(self) -> list[nodes.Node]:
+        srcdir = Path(self.env.srcdir)
+        path = srcdir / MATRIX.relative_to(memobook.ROOT)
+        self.env.note_dependency(str(path))
+        matrix = MatrixRecord.read(path)
+        if not matrix.runs:
+            return [nodes.paragraph(text="The version matrix has not run yet (nox -s matrix).")]
+        runs = list(matrix.runs.values())
+        headers = ["chapter", *(f"torch {run.torch}" for run in runs)]
+        rows: list[list[nodes.Node | str]] = []
+        for chapter in memobook.chapters(srcdir):
+            cells: list[nodes.Node | str] = [_doc_link(chapter.docname, chapter.title)]
+            for run in runs:
+                outcome = run.chapters.get(chapter.name)
+                cells.append("not run" if outcome is None else _outcome_text(outcome))
+            rows.append(cells)
+        rows.append(["unit tests", *(_outcome_text(run.unit) for run in runs)])
+        rows.append(
+            [
+                "ran",
+                *(
+                    f"{run.executed}, torchvision {run.torchvision}, Python {run.python}"
+                    for run in runs
+                ),
+            ]
+        )
+        table = _table(headers, rows)
+        table["classes"].append("memo-matrix")
+        failures = [
+            nodes.list_item("", nodes.paragraph(text=f"torch {run.torch}: {failure}"))
+            for run in runs
+            for outcome in (run.unit, *run.chapters.values())
+            for failure in outcome.failures
+        ]
+        return [table] + ([nodes.bullet_list("", *failures)] if failures else [])
+
+
+def _outcome_text(outcome: Outcome) -> str:
+    mark = "pass" if outcome.ok else "FAIL"
+    text = f"{mark}: {outcome.passed} passed"
+    if outcome.failed or outcome.errors:
+        text += f", {outcome.failed + outcome.errors} failed"
+    if outcome.skipped:
+        text += f", {outcome.skipped} skipped"
+    return text
 
 
 class ApiDirective(SphinxDirective):
@@ -293,6 +343,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("memo-status", StatusDirective)
     app.add_directive("memo-api", ApiDirective)
     app.add_directive("memo-claims", ClaimsDirective)
+    app.add_directive("memo-matrix", MatrixDirective)
     app.connect("doctree-read", _add_claim_anchors)
     app.connect("builder-inited", _add_static)
     app.add_css_file("memo.css")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 
@@ -57,6 +58,7 @@ def test_package_ranges_admit_the_pins() -> None:
         assert dep.specifier.contains(pins[dep.name.lower()]), f"{dep} excludes the pin"
 
 
+@pytest.mark.pinned_stack
 def test_installed_stack_is_the_pinned_one() -> None:
     from importlib.metadata import version
 

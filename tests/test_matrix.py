@@ -1,0 +1,82 @@
+"""The version matrix (memobook.matrix): its list of releases agrees with the package's
+declared floor and the pin, and the outcomes it records are what pytest ran."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+import memobook
+from memobook.matrix import Release, _outcome, _requirements, releases
+
+
+def _declared(name: str) -> Requirement:
+    deps = tomllib.loads(memobook.PYPROJECT.read_text())["project"]["dependencies"]
+    return next(r for r in map(Requirement, deps) if r.name == name)
+
+
+def test_the_matrix_checks_the_declared_floor_the_pin_and_a_newer_release() -> None:
+    listed = releases()
+    versions = sorted(Version(r.torch) for r in listed if r.torch)
+    floor = next(s for s in _declared("torch").specifier if s.operator == ">=")
+    assert versions[0] == Version(floor.version), "the declared floor is the tested one"
+    assert Version(memobook.pins()["torch"]) in versions, "the pin is in the matrix"
+    assert versions[-1] >= Version(memobook.pins()["torch"])
+    vision_floor = next(s for s in _declared("torchvision").specifier if s.operator == ">=")
+    lowest = min(listed, key=lambda r: Version(r.torch or "0"))
+    assert Version(lowest.torchvision or "0") == Version(vision_floor.version)
+
+
+def test_an_environment_gets_the_release_and_the_other_pins(tmp_path: Path) -> None:
+    wanted, constraints = _requirements(Release("2.8.0", "0.23.0"))
+    assert wanted[:2] == ["torch==2.8.0", "torchvision==0.23.0"]
+    others = {Requirement(w).name for w in wanted[2:]}
+    assert others == set(memobook.pins()) - {"torch", "torchvision"}
+    assert constraints == "torch==2.8.0\ntorchvision==0.23.0\n"
+    newest, free = _requirements(Release(None, None))
+    assert newest[:2] == ["torch", "torchvision"]
+    assert free == "\n"
+
+
+def test_a_release_without_its_versions_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "versions.toml"
+    bad.write_text('[[release]]\ntorch = "2.8.0"\n')
+    with pytest.raises(ValueError, match=r"release 0 must give \['torchvision'\]"):
+        releases(bad)
+
+
+def test_outcomes_are_recorded_by_node_id(tmp_path: Path) -> None:
+    """The plugin's --memo-outcomes, run for real on a small test file."""
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n"
+        "def test_ok(): pass\n"
+        "def test_bad(): assert False\n"
+        "@pytest.mark.skip(reason='x')\n"
+        "def test_skipped(): pass\n"
+        "@pytest.fixture\n"
+        "def broken(): raise RuntimeError\n"
+        "def test_error(broken): pass\n"
+    )
+    out = tmp_path / "outcomes.json"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", memobook.PLUGIN,
+               f"--memo-outcomes={out}", "test_sample.py"]  # fmt: skip
+    env = {"PYTHONPATH": str(memobook.ROOT), "PATH": ""}
+    subprocess.run(command, cwd=tmp_path, check=False, capture_output=True, env=env)
+    results = json.loads(out.read_text())
+    assert results == {
+        "test_sample.py::test_ok": "passed",
+        "test_sample.py::test_bad": "failed",
+        "test_sample.py::test_skipped": "skipped",
+        "test_sample.py::test_error": "error",
+    }
+    outcome = _outcome(results)
+    assert (outcome.passed, outcome.failed, outcome.skipped, outcome.errors) == (1, 1, 1, 1)
+    assert outcome.failures == ("test_sample.py::test_bad", "test_sample.py::test_error")
+    assert not outcome.ok
