@@ -69,6 +69,12 @@ def _chapters_or_posargs(session: nox.Session) -> list[str]:
 
 
 @nox.session
+def env(session: nox.Session) -> None:
+    """Build (or check) the book's environment, .nox/memo, and nothing else."""
+    _env(session)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """Ruff on everything (notebooks too); mypy strict on the package, the model and tests."""
     _env(session)

@@ -3,7 +3,11 @@ the one repository URL in _config.yml."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
+import subprocess
+import sys
 
 import yaml
 
@@ -52,10 +56,79 @@ def test_readme_launch_links_use_the_configured_repository() -> None:
         assert (ROOT / link.rsplit("/", 2)[-2] / link.rsplit("/", 1)[-1]).exists()
 
 
-def test_ci_workflow_runs_the_test_command() -> None:
+def _job_runs(workflow: dict[object, object], job: str) -> list[str]:
+    steps = workflow["jobs"][job]["steps"]  # type: ignore[index]
+    return [line.strip() for step in steps for line in step.get("run", "").splitlines()]
+
+
+def test_ci_runs_every_default_session_of_the_test_command() -> None:
+    """The jobs lint, tests, notebooks and site together are `nox`."""
     workflow = _workflow("ci.yml")
-    assert "pull_request" in workflow[True]  # YAML 1.1 reads the key `on` as True
-    assert "nox" in _run_lines(workflow)
+    assert "pull_request" in workflow[True]  # type: ignore[operator]  # YAML 1.1: `on` is True
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
+    assert spec is not None
+    assert spec.loader is not None
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)
+    defaults = noxfile.nox.options.sessions
+    for session in defaults:
+        runs = " ".join(_job_runs(workflow, session))
+        assert f"nox -s {session}" in runs, f"job {session} does not run nox -s {session}"
+
+
+def test_ci_shards_the_notebooks_by_the_books_chapters() -> None:
+    workflow = _workflow("ci.yml")
+    plan = " ".join(_job_runs(workflow, "plan"))
+    assert "python -m memobook chapters --json" in plan
+    listed = subprocess.run(
+        [sys.executable, "-m", "memobook", "chapters", "--json"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert json.loads(listed) == [c.name for c in memobook.chapters()]
+    job = workflow["jobs"]["notebooks"]  # type: ignore[index]
+    assert job["strategy"]["matrix"]["chapter"] == "${{ fromJSON(needs.plan.outputs.chapters) }}"
+    runs = " ".join(_job_runs(workflow, "notebooks"))
+    assert "nox -s notebooks -- book/${{ matrix.chapter }}.ipynb" in runs
+
+
+def test_ci_caches_the_environment_under_the_noxfiles_digest() -> None:
+    workflow = _workflow("ci.yml")
+    digest = subprocess.run(
+        [sys.executable, "-m", "memobook", "digest"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert digest == memobook.env_digest()
+    assert "python -m memobook digest" in " ".join(_job_runs(workflow, "plan"))
+    for name, job in workflow["jobs"].items():  # type: ignore[attr-defined]
+        for step in job.get("steps", []):
+            if str(step.get("uses", "")).startswith("actions/cache"):
+                assert step["with"]["path"] == ".nox/memo", name
+                assert "${{ needs.plan.outputs.digest }}" in step["with"]["key"], name
+
+
+def test_pages_publishes_only_after_every_check_on_main() -> None:
+    workflow = _workflow("ci.yml")
+    site = workflow["jobs"]["site"]  # type: ignore[index]
+    upload = next(
+        s
+        for s in site["steps"]
+        if str(s.get("uses", "")).startswith("actions/upload-pages-artifact")
+    )
+    assert upload["with"]["path"] == "_build/html"
+    deploy = workflow["jobs"]["deploy"]  # type: ignore[index]
+    assert set(deploy["needs"]) == {"lint", "tests", "notebooks", "site"}
+    assert "refs/heads/main" in deploy["if"]
+    assert deploy["permissions"]["pages"] == "write"
+    assert not (ROOT / ".github" / "workflows" / "pages.yml").exists(), "one way to publish"
+
+
+def test_the_version_matrix_runs_weekly_on_the_newest_release() -> None:
+    workflow = _workflow("matrix.yml")
+    assert workflow[True]["schedule"]  # type: ignore[index]
+    assert "nox -s matrix -- --newest" in " ".join(_job_runs(workflow, "matrix"))
 
 
 def test_gpu_workflow_runs_on_a_gpu_runner() -> None:
@@ -64,14 +137,3 @@ def test_gpu_workflow_runs_on_a_gpu_runner() -> None:
     assert "gpu" in job["runs-on"]
     assert "self-hosted" in job["runs-on"]
     assert "nox -s gpu" in _run_lines(workflow)
-
-
-def test_pages_workflow_publishes_the_built_book() -> None:
-    workflow = _workflow("pages.yml")
-    assert "nox -s book" in _run_lines(workflow)
-    steps = workflow["jobs"]["build"]["steps"]  # type: ignore[index]
-    upload = next(
-        s for s in steps if str(s.get("uses", "")).startswith("actions/upload-pages-artifact")
-    )
-    assert upload["with"]["path"] == "_build/html"
-    assert workflow["permissions"]["pages"] == "write"  # type: ignore[index]
