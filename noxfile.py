@@ -115,23 +115,33 @@ def book(session: nox.Session) -> None:
     session.log(f"open {BUILD / 'html' / 'index.html'}")
 
 
-def _chromium() -> str | None:
+def _chromium(session: nox.Session, needed_for: str) -> str:
     names = ("chromium", "chromium-browser", "google-chrome")
-    return os.environ.get("MEMO_CHROMIUM") or next(filter(None, map(shutil.which, names)), None)
+    found = os.environ.get("MEMO_CHROMIUM") or next(filter(None, map(shutil.which, names)), None)
+    if found is None:
+        session.error(
+            f"{needed_for} needs Chromium (Debian: apt-get install -y chromium; or set "
+            "MEMO_CHROMIUM=/path/to/chrome). To run the other checks alone: "
+            "nox -s lint tests notebooks"
+        )
+    session.env["MEMO_CHROMIUM"] = found
+    return found
+
+
+@nox.session
+def pdf(session: nox.Session) -> None:
+    """The whole book as one PDF, _build/html/pytorch-memo.pdf (printed by Chromium)."""
+    _chromium(session, "printing the PDF")
+    _env(session)
+    session.run("python", "-m", "memobook.pdf")
 
 
 @nox.session
 def site(session: nox.Session) -> None:
-    """Build the book and check its pages in headless Chromium (required: install it)."""
-    chromium = _chromium()
-    if chromium is None:
-        session.error(
-            "the site checks need Chromium (Debian: apt-get install -y chromium; or set "
-            "MEMO_CHROMIUM=/path/to/chrome). To run the other checks alone: "
-            "nox -s lint tests notebooks"
-        )
+    """Build the book and its PDF, and check the pages in headless Chromium (required)."""
+    _chromium(session, "the site checks")
     book(session)
-    session.env["MEMO_CHROMIUM"] = chromium
+    session.run("python", "-m", "memobook.pdf")
     session.run("python", "-m", "pytest", "tests/site", *session.posargs)
 
 

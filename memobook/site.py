@@ -291,19 +291,36 @@ class ClaimsDirective(SphinxDirective):
         return [summary, *out]
 
 
-def _add_claim_anchors(app: Sphinx, doctree: nodes.document) -> None:
-    """Give each claim cell of a chapter page its anchor (``claim-<cell id>``) and a class."""
+def _gpu_text(record: RunRecord | None) -> str:
+    text = "GPU cell: it runs only where CUDA is available; on a CPU it prints why it skips."
+    run = None if record is None else record.gpu_run
+    if run is None:
+        return text + " It has not run on a GPU yet, so no GPU output is stored."
+    return (
+        text
+        + f" The output below comes from its last GPU run: {run.device}, torch {run.torch}, {run.executed}."
+    )
+
+
+def _mark_cells(app: Sphinx, doctree: nodes.document) -> None:
+    """On a chapter page: anchor each claim cell (``claim-<cell id>``) and mark GPU cells."""
     notebook = Path(app.srcdir) / f"{app.env.docname}.ipynb"
     if not app.env.docname.startswith("book/") or not notebook.exists():
         return
-    cells = memobook.load(notebook)["cells"]
-    for container in doctree.findall(nodes.container):
+    nb = memobook.load(notebook)
+    cells = nb["cells"]
+    record = read_record(nb, where=str(notebook))
+    for container in list(doctree.findall(nodes.container)):
         if container.get("nb_element") != "cell_code":
             continue
         cell = cells[container["cell_index"]]
         if cell_claims(memobook.source(cell)):
             container["ids"].append(anchor(str(cell.get("id", ""))))
             container["classes"].append("memo-claim")
+        if memobook.GPU_TAG in memobook.tags(cell):
+            note = nodes.container(classes=["memo-gpu-note"])
+            note += nodes.paragraph(text=_gpu_text(record))
+            container.parent.insert(container.parent.index(container), note)
 
 
 def _add_helper_links(app: Sphinx, doctree: nodes.document) -> None:
@@ -339,14 +356,57 @@ def _add_static(app: Sphinx) -> None:
     app.config.html_static_path.append(str(STATIC))
 
 
+def _mathjax() -> Path:
+    """MathJax 3 as the ``sphinx-mathjax-offline`` package ships it (a dependency of the
+    book group); the site serves the parts it uses itself, so math renders offline."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    if spec is None or spec.origin is None:
+        msg = "sphinx-mathjax-offline is not installed: the site serves MathJax from it"
+        raise RuntimeError(msg)
+    return Path(spec.origin).parent / "static" / "mathjax"
+
+
+MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2")
+"""What the site needs of MathJax: the TeX-to-HTML bundle and its fonts (about 1.5 MB)."""
+
+
+def _configure(app: Sphinx, config: Any) -> None:
+    """Math from the site itself, not a CDN; a source button on every page."""
+    _mathjax()  # fail early, with the reason, when it is missing
+    config.mathjax_path = "mathjax/tex-chtml.js"
+    config.html_theme_options = {**config.html_theme_options, "use_source_button": True}
+
+
+def _copy_mathjax(app: Sphinx, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    from sphinx.util.fileutil import copy_asset
+
+    source = _mathjax()
+    for name in MATHJAX_FILES:
+        target = Path(app.outdir) / "_static" / "mathjax" / name
+        if (source / name).is_dir():
+            copy_asset(str(source / name), str(target))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            copy_asset(str(source / name), str(target.parent))
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("memo-status", StatusDirective)
     app.add_directive("memo-api", ApiDirective)
     app.add_directive("memo-claims", ClaimsDirective)
     app.add_directive("memo-matrix", MatrixDirective)
-    app.connect("doctree-read", _add_claim_anchors)
+    app.connect("doctree-read", _mark_cells)
     app.connect("builder-inited", _add_static)
+    app.connect("config-inited", _configure)
+    app.connect("build-finished", _copy_mathjax)
     app.add_css_file("memo.css")
-    app.connect("doctree-read", _add_helper_links)
+    app.add_js_file("memo.js")
+    # Before Sphinx's collectors (priority 500) read the page's sections, so the helpers
+    # section is numbered in order and listed in the page's contents.
+    app.connect("doctree-read", _add_helper_links, priority=400)
     app.connect("html-page-context", _dedupe_scripts, priority=1000)  # after the others
     return {"parallel_read_safe": True, "parallel_write_safe": True}

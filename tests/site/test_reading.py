@@ -8,11 +8,12 @@ import pkgutil
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Page
 
 import memobook
 import pytorch_memo
 from memobook.record import read_record
+from memobook.site import module_users
 from tests.site.conftest import chapter_pages
 
 CHAPTERS = chapter_pages()
@@ -30,20 +31,6 @@ def test_search_finds_the_chapter(page: Page, site_url: str, term: str, chapter:
     page.wait_for_selector("ul.search li a", timeout=15_000)
     hits = page.eval_on_selector_all("ul.search li a", "els => els.map(e => e.href)")
     assert any(f"/book/{chapter}.html" in hit for hit in hits), hits
-
-
-def test_dark_mode_keeps_figures_on_white(browser: Browser, site_url: str) -> None:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.add_init_script("localStorage.setItem('mode', 'dark')")
-    page = context.new_page()
-    page.goto(f"{site_url}/book/creation.html")
-    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
-    figure = page.locator("article div.cell_output img").first
-    assert figure.evaluate("img => getComputedStyle(img).backgroundColor") == "rgb(255, 255, 255)"
-    assert figure.evaluate("img => getComputedStyle(img).filter") == "none"
-    text = page.locator("article p").first.evaluate("p => getComputedStyle(p).color")
-    assert text != "rgb(0, 0, 0)", "prose stayed black on a dark page"
-    context.close()
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
@@ -112,3 +99,10 @@ def test_api_page_documents_every_public_helper(page: Page, site_url: str) -> No
         imported = importlib.import_module(f"pytorch_memo.{module.name}")
         for name in imported.__all__:
             assert f"pytorch_memo.{module.name}.{name}" in ids, f"{module.name}.{name}"
+    # Which chapters use each module: generated from the chapters' imports.
+    users = module_users(memobook.ROOT)
+    for module, chapters in users.items():
+        section = page.locator(f"section#{module.replace('.', '-').replace('_', '-')}")
+        used = section.locator("p", has_text="Used by").first.inner_text()
+        for chapter in chapters:
+            assert chapter.title in used, f"{module}: {used}"
