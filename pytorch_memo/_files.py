@@ -93,8 +93,10 @@ def check_target(target: Path, shown: str) -> None:
             msg = f"path {shown!r}: its directory does not exist"
             raise FileNotFoundError(msg) from None
         return  # nothing there yet, or a dangling link (which is replaced)
-    except OSError as error:  # a loop of links, a file used as a folder, ...
-        raise _named(error, f"path {shown!r} cannot be written") from error
+    except OSError as error:
+        if error.errno == errno.ELOOP and target.is_symlink():
+            return  # a link in a loop of links names nothing: replaced, like a dangling one
+        raise _named(error, f"path {shown!r} cannot be written") from error  # ENOTDIR, ...
     if stat.S_ISDIR(mode):
         msg = f"path {shown!r} is a directory; expected a file name"
         raise IsADirectoryError(msg)

@@ -1138,3 +1138,72 @@ def test_an_optimizer_state_that_would_take_forever_to_copy_is_refused(tmp_path:
     torch.save(_payload_with(optimizer=state), path)
     with pytest.raises(CheckpointMismatchError, match="nested more than 8 deep"):
         load_checkpoint(path, model=model, optimizer=optimizer)
+
+
+OPTIMIZERS = {
+    "SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    "Adam": lambda p: torch.optim.Adam(p, lr=0.01, amsgrad=True),
+    "AdamW": lambda p: torch.optim.AdamW(p, lr=0.01),
+    "RMSprop": lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
+    "Adagrad": lambda p: torch.optim.Adagrad(p),
+    "Adadelta": lambda p: torch.optim.Adadelta(p),
+    "Adamax": lambda p: torch.optim.Adamax(p),
+    "NAdam": lambda p: torch.optim.NAdam(p),
+    "RAdam": lambda p: torch.optim.RAdam(p),
+    "ASGD": lambda p: torch.optim.ASGD(p),
+    "Rprop": lambda p: torch.optim.Rprop(p),
+    "LBFGS": lambda p: torch.optim.LBFGS(p),
+}
+_lr = torch.optim.lr_scheduler
+SCHEDULERS = {
+    "StepLR": lambda o: _lr.StepLR(o, 2),
+    "MultiStepLR": lambda o: _lr.MultiStepLR(o, [1, 3]),
+    "LambdaLR": lambda o: _lr.LambdaLR(o, lambda e: 0.9**e),
+    "ConstantLR": lambda o: _lr.ConstantLR(o),
+    "LinearLR": lambda o: _lr.LinearLR(o),
+    "SequentialLR": lambda o: _lr.SequentialLR(
+        o, [_lr.ConstantLR(o), _lr.ExponentialLR(o, 0.9)], [2]
+    ),
+    "PolynomialLR": lambda o: _lr.PolynomialLR(o),
+    "CosineAnnealingLR": lambda o: _lr.CosineAnnealingLR(o, 10),
+    "ChainedScheduler": lambda o: _lr.ChainedScheduler(
+        [_lr.ConstantLR(o), _lr.ExponentialLR(o, 0.9)]
+    ),
+    "ReduceLROnPlateau": lambda o: _lr.ReduceLROnPlateau(o),
+    "CyclicLR": lambda o: _lr.CyclicLR(o, 0.01, 0.1, cycle_momentum=False),
+    "CosineAnnealingWarmRestarts": lambda o: _lr.CosineAnnealingWarmRestarts(o, 3),
+    "OneCycleLR": lambda o: _lr.OneCycleLR(o, 0.1, total_steps=20, cycle_momentum=False),
+}
+
+
+@pytest.mark.parametrize(
+    ("optimizer_name", "scheduler_name"),
+    [(name, "StepLR") for name in OPTIMIZERS] + [("SGD", name) for name in SCHEDULERS],
+)
+def test_the_checks_accept_every_torch_optimizer_and_scheduler(
+    tmp_path: Path, optimizer_name: str, scheduler_name: str
+) -> None:
+    # The fit checks must not refuse a real checkpoint: each kind round-trips exactly.
+    def run(seed: int) -> tuple[nn.Module, Any, Any]:
+        torch.manual_seed(seed)
+        model = nn.Linear(3, 2)
+        optimizer = OPTIMIZERS[optimizer_name](model.parameters())
+        return model, optimizer, SCHEDULERS[scheduler_name](optimizer)
+
+    model, optimizer, scheduler = run(0)
+    for _ in range(3):
+
+        def closure() -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = model(torch.randn(4, 3)).pow(2).mean()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        scheduler.step(1.0) if scheduler_name == "ReduceLROnPlateau" else scheduler.step()
+    path = save_checkpoint(tmp_path / "c.pt", model=model, optimizer=optimizer, scheduler=scheduler)
+    fresh = run(1)
+    load_checkpoint(path, model=fresh[0], optimizer=fresh[1], scheduler=fresh[2])
+    assert _same(fresh[0].state_dict(), model.state_dict())
+    assert _same(fresh[1].state_dict(), optimizer.state_dict())
+    assert _same(fresh[2].state_dict(), scheduler.state_dict())

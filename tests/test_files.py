@@ -130,6 +130,15 @@ def test_a_symlink_is_replaced_and_the_file_it_named_is_kept(tmp_path: Path) -> 
     write_text(tmp_path / "dangling", "new")
     assert (tmp_path / "dangling").read_text() == "new"
     assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "loop").symlink_to("loop")  # names nothing, like a dangling link
+    write_text(tmp_path / "loop", "unlooped")
+    assert (tmp_path / "loop").read_text() == "unlooped"
+
+
+def test_a_path_through_a_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match=r"path '.*file/a\.txt' cannot be written: Not a"):
+        write_text(tmp_path / "file" / "a.txt", "x")
 
 
 def test_a_name_too_long_for_its_temporary_still_works(tmp_path: Path) -> None:
