@@ -222,7 +222,7 @@ def _numpy_state(value: Any) -> tuple[Any, ...]:
     if missing:
         msg = f"{name} must have entries {', '.join(needed)}; missing {', '.join(missing)}"
         raise ValueError(msg)
-    if value["bit_generator"] != "MT19937" or not isinstance(value["bit_generator"], str):
+    if not isinstance(value["bit_generator"], str) or value["bit_generator"] != "MT19937":
         msg = f"{name}['bit_generator'] must be 'MT19937' (NumPy's global generator)"
         raise ValueError(msg)
     keys = value["keys"]
