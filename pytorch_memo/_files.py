@@ -1,42 +1,309 @@
-"""Files written whole or not at all (private).
+"""Files written whole or not at all, and files read only when they are regular (private).
 
 The new content goes to a temporary file beside the target, is flushed and fsynced,
 then renamed over the target with :func:`os.replace` (atomic on POSIX and Windows); the
 directory is fsynced so the rename itself survives a crash. Until the rename the old
 file is untouched; if anything fails, the temporary file is removed.
+
+A process killed mid-write (SIGKILL, a power cut) cannot remove its temporary file, so
+the next write to the same target does: the temporary file is named
+``.NAME.PID.XXXXXXXX.tmp`` after the writer's process id and held under an exclusive
+:func:`fcntl.flock` lock until it is renamed. A temporary file of the target is stale,
+and removed, only when the process named in it no longer runs *and* its lock is free:
+a live writer's file is never touched, whether it belongs to another thread of this
+process, another process, or a process of another PID namespace that holds its lock
+(POSIX only; on Windows stale files are left). A PID reused by an unrelated process
+keeps its stale file until that process ends.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import secrets
+import shutil
+import stat
+import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+from pytorch_memo._checks import check_path
+
+_NAME_MAX = 255  # bytes in one file name, on every common file system
+_PID_DIGITS = 10  # room for any PID (Linux's pid_max is at most 2**22)
+_TEMPORARY_EXTRA = len(".") + len(".") + _PID_DIGITS + len(".") + 8 + len(".tmp")
+_REASONS = {
+    errno.EFBIG: "a file size limit was reached (ulimit -f, or the file system's largest file)",
+    errno.ENOSPC: "the device is full",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "the file system is read-only",
+}
+
+
+# -------------------------------------------------------------------------- checks
+
+
+def check_file_path(name: str, value: Any) -> Path:
+    """``value`` as a Path if it is a non-empty str or os.PathLike without a NUL byte."""
+    path = check_path(name, value)
+    if os.fspath(value) == "":
+        msg = f"{name} must name a file, got an empty path"
+        raise ValueError(msg)
+    if "\x00" in os.fspath(path):
+        msg = f"{name} must not contain a NUL byte, got {os.fspath(path)!r}"
+        raise ValueError(msg)
+    return path
+
+
+def _special_kind(mode: int) -> str | None:
+    kinds = [
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    for test, kind in kinds:
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "not a regular file"
+
+
+def _refuse_special(mode: int, shown: str, doing: str) -> None:
+    kind = _special_kind(mode)
+    if kind is not None:
+        msg = f"path {shown!r} is {kind}, not a regular file; refusing to {doing} it"
+        raise shutil.SpecialFileError(msg)
+
+
+def check_target(target: Path, shown: str) -> None:
+    """Raise unless ``target`` is a regular file (or a link to one) or absent in a folder.
+
+    A directory gives IsADirectoryError, a FIFO, device or socket
+    :class:`shutil.SpecialFileError` (an OSError), a missing folder FileNotFoundError.
+    """
+    try:
+        mode = os.stat(target).st_mode  # follows a symbolic link to what it names
+    except FileNotFoundError:
+        if not target.parent.is_dir():
+            msg = f"path {shown!r}: its directory does not exist"
+            raise FileNotFoundError(msg) from None
+        return  # nothing there yet, or a dangling link (which is replaced)
+    except OSError as error:
+        if error.errno == errno.ELOOP and target.is_symlink():
+            return  # a link in a loop of links names nothing: replaced, like a dangling one
+        raise _named(error, f"path {shown!r} cannot be written") from error  # ENOTDIR, ...
+    if stat.S_ISDIR(mode):
+        msg = f"path {shown!r} is a directory; expected a file name"
+        raise IsADirectoryError(msg)
+    _refuse_special(mode, shown, "replace")
 
 
 @contextmanager
-def atomic_file(target: str | os.PathLike[str]) -> Iterator[tuple[BinaryIO, Path]]:
+def open_regular(source: Path, shown: str, *, expected: str) -> Iterator[BinaryIO]:
+    """Open ``source`` for reading if it is a regular file (or a link to one).
+
+    Checked before opening (opening a FIFO blocks, a device may have side effects) and
+    again on the open file. ``expected`` says what the file should be, for messages.
+    """
+    try:
+        mode = os.stat(source).st_mode
+    except FileNotFoundError:
+        msg = f"path {shown!r} does not exist"
+        raise FileNotFoundError(msg) from None
+    except OSError as error:
+        raise _named(error, f"path {shown!r} cannot be read") from error
+    if stat.S_ISDIR(mode):
+        msg = f"path {shown!r} is a directory; expected {expected}"
+        raise IsADirectoryError(msg)
+    _refuse_special(mode, shown, "read")
+    try:
+        fd = os.open(
+            source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        )
+    except OSError as error:
+        raise _named(error, f"path {shown!r} cannot be read") from error
+    with os.fdopen(fd, "rb") as file:
+        mode = os.fstat(fd).st_mode  # what was opened, if the name changed meanwhile
+        if stat.S_ISDIR(mode):
+            msg = f"path {shown!r} is a directory; expected {expected}"
+            raise IsADirectoryError(msg)
+        _refuse_special(mode, shown, "read")
+        yield file
+
+
+def _named(error: OSError, what: str) -> OSError:
+    """An OSError of ``error``'s class (by errno) whose message starts with ``what``."""
+    if error.errno is None:
+        return OSError(f"{what}: {error}")
+    code = errno.errorcode.get(error.errno, str(error.errno))
+    reason = error.strerror or os.strerror(error.errno)
+    return OSError(error.errno, f"{what}: {reason} ({code})")
+
+
+# ---------------------------------------------------------------- temporary files
+
+
+def _temporary_prefix(target: Path) -> str:
+    """``.NAME`` shortened, if need be, so that the whole temporary name fits NAME_MAX."""
+    name = os.fsencode(target.name)
+    room = _NAME_MAX - _TEMPORARY_EXTRA
+    if len(name) > room:
+        name = name[: room - 1] + b"~"
+    return "." + os.fsdecode(name)
+
+
+def _stale_pattern(target: Path) -> re.Pattern[str]:
+    return re.compile(re.escape(_temporary_prefix(target)) + r"\.(\d{1,10})\.[0-9a-f]{8}\.tmp")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    if pid == os.getpid():
+        return True
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    except (OverflowError, OSError):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            status = file.read()
+    except OSError:
+        return True  # no /proc: trust kill
+    fields = status.rpartition(b")")[2].split()
+    return not fields or fields[0] not in (b"Z", b"X")
+
+
+def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files that killed writers left for ``target``; return them.
+
+    Only files named ``.NAME.PID.XXXXXXXX.tmp`` for this target, whose process is gone
+    and whose lock can be taken, are removed; anything else is left, and errors (a file
+    removed meanwhile, no permission) are ignored.
+    """
+    if sys.platform == "win32":
+        return []
+    import fcntl
+
+    target = Path(target)
+    pattern = _stale_pattern(target)
+    removed = []
+    try:
+        with os.scandir(target.parent) as entries:
+            candidates = [
+                (Path(entry.path), int(match[1]))
+                for entry in entries
+                if (match := pattern.fullmatch(entry.name)) is not None
+            ]
+    except OSError:
+        return []
+    for path, pid in candidates:
+        if _alive(pid):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while a writer holds it
+            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _create_temporary(target: Path) -> tuple[int, Path]:
+    """Create and lock ``.NAME.PID.XXXXXXXX.tmp`` beside ``target``."""
+    prefix = _temporary_prefix(target)
+    temporary = target.parent / f"{prefix}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(
+        temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+    )
+    if sys.platform != "win32":
+        import fcntl
+
+        # Without flock (some network file systems) cleaners cannot lock it either.
+        with suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd, temporary
+
+
+def _failed(error: OSError, shown: str, doing: str, *, unchanged: bool = True) -> OSError:
+    """``error`` as an OSError of the same class naming the caller's path and the cause."""
+    number = error.errno or errno.EIO
+    code = errno.errorcode.get(number, str(number))
+    reason = error.strerror or os.strerror(number)
+    why = _REASONS.get(number)
+    cause = f"{reason} ({code}{': ' + why if why else ''})"
+    after = f"; {shown!r} is unchanged" if unchanged else ""
+    return OSError(number, f"could not write {shown!r}: {cause} while {doing}{after}")
+
+
+@contextmanager
+def atomic_file(
+    target: str | os.PathLike[str], *, shown: str | None = None
+) -> Iterator[tuple[BinaryIO, Path]]:
     """Yield ``(file, temporary_path)`` to write; on success the file replaces ``target``.
 
     An exception inside the block (raised by the writer, or on purpose after checking
     the temporary file) leaves ``target`` as it was and no temporary file behind. The
     new file gets the usual permissions (``0o666`` less the umask), like ``open``.
+
+    ``target`` must be absent, a regular file, or a symbolic link (the link itself is
+    replaced, as ``os.replace`` and ``mv`` do; the file it named is left as it was). A
+    directory, FIFO, device or socket is refused before anything is written. An OSError
+    while creating, writing or renaming the temporary file is raised again as an OSError
+    of the same class and errno (``ENOSPC``, ``EFBIG``, ``EACCES``: PermissionError...)
+    whose message names ``shown`` (default: ``target``), the cause and the step. Stale
+    temporary files of killed writers of ``target`` are removed first.
     """
     target = Path(target)
-    temporary = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    shown = os.fspath(target) if shown is None else shown
+    check_target(target, shown)
+    remove_stale_temporaries(target)
     try:
-        with os.fdopen(fd, "wb") as file:
-            yield file, temporary
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
+        fd, temporary = _create_temporary(target)
+    except OSError as error:
+        if error.errno is None:
+            raise
+        doing = f"creating a temporary file in its directory {os.fspath(target.parent)!r}"
+        raise _failed(error, shown, doing) from error
+    file = os.fdopen(fd, "wb")
+    doing = f"writing its temporary file {temporary.name!r}"
+    try:
+        yield file, temporary
+        file.flush()
+        os.fsync(file.fileno())
+        doing = f"renaming its temporary file {temporary.name!r} over it"
+        if sys.platform == "win32":  # Windows cannot rename an open file
+            file.close()
+        os.replace(temporary, target)  # while the lock is held, on POSIX
+        file.close()
+    except BaseException as error:
+        with suppress(OSError):
+            file.close()
+        with suppress(OSError):
+            temporary.unlink()
+        if isinstance(error, OSError) and error.errno is not None:
+            raise _failed(error, shown, doing) from error
         raise
-    fsync_directory(target.parent)
+    fsync_directory(target.parent, shown=shown)
 
 
 def write_text(target: str | os.PathLike[str], text: str) -> None:
@@ -45,12 +312,26 @@ def write_text(target: str | os.PathLike[str], text: str) -> None:
         file.write(text.encode("utf-8"))
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make a rename durable. POSIX only: Windows cannot open a directory this way."""
+def fsync_directory(directory: Path, *, shown: str | None = None) -> None:
+    """Make a rename durable. POSIX only: Windows cannot open a directory this way.
+
+    A directory that cannot be opened for reading (mode ``-wx``: the rename worked) or
+    a file system that cannot fsync directories is skipped; any other failure (an I/O
+    error) is raised, saying that the file was replaced but may not survive a crash.
+    """
     if os.name != "posix":
         return
-    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except (PermissionError, FileNotFoundError):
+        return
     try:
         os.fsync(fd)
+    except OSError as error:
+        if error.errno in (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EACCES):
+            return
+        what = shown if shown is not None else os.fspath(directory)
+        doing = "syncing its directory (the new file is in place, but may not survive a crash)"
+        raise _failed(error, what, doing, unchanged=False) from error
     finally:
         os.close(fd)

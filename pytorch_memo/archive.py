@@ -15,9 +15,10 @@ import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from pytorch_memo._checks import check_path
+from pytorch_memo._checks import check_type
+from pytorch_memo._files import check_file_path, open_regular
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["Record", "archive_records", "plot_archive"]
 
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # a zip local file header: 30 bytes
+_LOCAL_MAGIC = b"PK\x03\x04"
+_MAX_READ = 64 << 20  # the most read at once: a zip's index (~64 bytes a record) or its end
 _COLOURS = {"pickle": "tab:orange", "tensor data": "tab:blue", "metadata": "tab:gray"}
 
 
@@ -36,7 +39,8 @@ class Record:
         name: the record's name without the archive's folder (``data.pkl``, ``data/0``).
         kind: ``"pickle"``, ``"tensor data"`` or ``"metadata"``.
         offset: where its bytes start in the file.
-        size: how many bytes it holds.
+        size: how many bytes it takes in the file (torch.save stores records
+            uncompressed, so this is also the record's length).
     """
 
     name: str
@@ -53,8 +57,90 @@ def _kind(name: str) -> str:
     return "metadata"
 
 
+class _CappedReads:
+    """A file whose reads are refused above ``_MAX_READ`` bytes: zipfile reads a zip's
+    index in one piece, as large as the end of the file claims it is."""
+
+    def __init__(self, file: IO[bytes], size: int) -> None:
+        self.file, self.size = file, size
+
+    def read(self, count: int = -1) -> bytes:
+        wanted = self.size - self.file.tell() if count is None or count < 0 else count
+        if wanted > _MAX_READ:
+            msg = f"a read of {wanted} bytes (the zip's index as its end claims it)"
+            raise _TooLargeError(msg)
+        return self.file.read(count)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+    def seekable(self) -> bool:
+        return True
+
+
+class _TooLargeError(Exception):
+    pass
+
+
+def _read_records(path: Any) -> tuple[list[Record], int]:
+    """The records and the file's size; see :func:`archive_records`."""
+    source = check_file_path("path", path)
+    shown = os.fspath(path)
+    with open_regular(source, shown, expected="a torch.save file") as file:
+        size = os.fstat(file.fileno()).st_size
+        try:
+            archive = zipfile.ZipFile(_CappedReads(file, size))
+        except zipfile.BadZipFile as error:
+            msg = f"path {shown!r} is not a zip archive (expected a torch.save file): {error}"
+            raise ValueError(msg) from error
+        except OSError:
+            raise
+        except _TooLargeError as error:
+            msg = f"path {shown!r} is a damaged zip archive: it asks for {error}, over 64 MiB"
+            raise ValueError(msg) from error
+        except Exception as error:  # UnicodeDecodeError, struct.error, ... on damaged bytes
+            msg = f"path {shown!r} is a damaged zip archive: {type(error).__name__}: {error}"
+            raise ValueError(msg) from error
+        records = []
+        with archive:
+            for info in archive.infolist():
+                start = _data_start(file, info, size, shown)
+                name = info.filename.split("/", 1)[1] if "/" in info.filename else info.filename
+                records.append(Record(name, _kind(name), start, info.compress_size))
+    return sorted(records, key=lambda r: r.offset), size
+
+
+def _data_start(file: IO[bytes], info: zipfile.ZipInfo, size: int, shown: str) -> int:
+    """Where a record's bytes start: after its local header, name and extra field."""
+    file.seek(info.header_offset)
+    raw = file.read(_LOCAL_HEADER.size)
+    if len(raw) < _LOCAL_HEADER.size or not raw.startswith(_LOCAL_MAGIC):
+        msg = (
+            f"path {shown!r} is a damaged zip archive: record {info.filename!r} has no "
+            f"local header at byte {info.header_offset}"
+        )
+        raise ValueError(msg)
+    header = _LOCAL_HEADER.unpack(raw)
+    name_length, extra_length = header[-2], header[-1]
+    start: int = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+    if start + info.compress_size > size:
+        msg = (
+            f"path {shown!r} is a damaged zip archive: record {info.filename!r} "
+            f"({info.compress_size} bytes from byte {start}) ends past the end of the "
+            f"file ({size} bytes)"
+        )
+        raise ValueError(msg)
+    return start
+
+
 def archive_records(path: str | os.PathLike[str]) -> list[Record]:
     """The records of a ``torch.save`` file, in file order, with where their bytes lie.
+
+    Only the zip's index and each record's header are read (at most 64 MiB at once),
+    never the records themselves; a FIFO, device or directory is refused unopened.
 
     Args:
         path: a file written by ``torch.save`` (the zip format, the default since 1.6).
@@ -64,7 +150,11 @@ def archive_records(path: str | os.PathLike[str]) -> list[Record]:
 
     Raises:
         TypeError: ``path`` is not a str or path.
-        ValueError: the file is not a zip archive.
+        FileNotFoundError: ``path`` does not exist.
+        IsADirectoryError: ``path`` is a directory.
+        shutil.SpecialFileError: ``path`` is a FIFO, a device or a socket.
+        ValueError: the file is not a zip archive, or a damaged one; ``path`` contains
+            a NUL byte.
 
     Example:
         >>> import tempfile, torch
@@ -76,20 +166,7 @@ def archive_records(path: str | os.PathLike[str]) -> list[Record]:
         >>> [r.size for r in records if r.name == "data/0"]  # 4 float32 numbers
         [16]
     """
-    source = check_path("path", path)
-    if not zipfile.is_zipfile(source):
-        msg = f"path {os.fspath(path)!r} is not a zip archive (expected a torch.save file)"
-        raise ValueError(msg)
-    records = []
-    with zipfile.ZipFile(source) as archive, source.open("rb") as raw:
-        for info in archive.infolist():
-            raw.seek(info.header_offset)
-            header = _LOCAL_HEADER.unpack(raw.read(_LOCAL_HEADER.size))
-            name_length, extra_length = header[-2], header[-1]
-            start = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
-            name = info.filename.split("/", 1)[1] if "/" in info.filename else info.filename
-            records.append(Record(name, _kind(name), start, info.file_size))
-    return sorted(records, key=lambda r: r.offset)
+    return _read_records(path)[0]
 
 
 def plot_archive(path: str | os.PathLike[str], *, ax: Axes | None = None) -> Axes:
@@ -105,6 +182,11 @@ def plot_archive(path: str | os.PathLike[str], *, ax: Axes | None = None) -> Axe
     Returns:
         The axes.
 
+    Raises:
+        TypeError: ``path`` is not a str or path, or ``ax`` is not a matplotlib Axes.
+        FileNotFoundError, IsADirectoryError, shutil.SpecialFileError, ValueError: as
+            :func:`archive_records`.
+
     Example:
         >>> import tempfile, torch
         >>> with tempfile.TemporaryDirectory() as d:
@@ -114,9 +196,11 @@ def plot_archive(path: str | os.PathLike[str], *, ax: Axes | None = None) -> Axe
         'byte offset in the file'
     """
     import matplotlib.pyplot as plt
+    from matplotlib.axes import Axes
 
-    records = archive_records(path)
-    total = Path(path).stat().st_size
+    if ax is not None:
+        check_type("ax", ax, Axes, "a matplotlib Axes or None")
+    records, total = _read_records(path)
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 1.8))
     ax.barh(

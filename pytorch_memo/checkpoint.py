@@ -17,20 +17,21 @@ Used by the chapter *Saving and loading*.
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import random
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from pytorch_memo._checks import check_path, check_type
-from pytorch_memo._files import atomic_file
+from pytorch_memo._checks import check_type
+from pytorch_memo._files import atomic_file, check_file_path, open_regular
 
 __all__ = [
     "FORMAT",
@@ -48,6 +49,11 @@ FORMAT = "pytorch_memo.checkpoint/1"
 """The tag every checkpoint carries under ``"format"``; :func:`load_checkpoint` checks it."""
 _ZIP_MAGIC = b"PK\x03\x04"
 _SHOWN_KEYS = 5
+_MT_WORDS = 624  # the state of NumPy's legacy generator, MT19937: 624 32-bit words
+_CHUNK = 1 << 20
+_DEPTH = 8  # nesting allowed in an optimizer's per-parameter state
+# torch.OutOfMemoryError (any device) is newer than torch.cuda.OutOfMemoryError.
+_OUT_OF_MEMORY: type[Exception] = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 class CheckpointError(Exception):
@@ -114,15 +120,18 @@ def get_rng_state() -> dict[str, Any]:
 def set_rng_state(state: Mapping[str, Any]) -> None:
     """Restore the generators from a dict made by :func:`get_rng_state`.
 
-    A ``"cuda"`` entry is restored when CUDA is available and ignored otherwise (a CPU
-    run of a checkpoint made on a GPU).
+    A ``"cuda"`` entry is restored when CUDA is available (each GPU present that has a
+    saved state; saved states of GPUs this machine lacks are ignored) and ignored
+    otherwise (a CPU run of a checkpoint made on a GPU). Every entry is checked before
+    any generator is set, and if a generator refuses its state all of them are put
+    back: they change together or not at all.
 
     Args:
         state: the dict :func:`get_rng_state` returned (tensors may be on any device).
 
     Raises:
-        TypeError: ``state`` is not a mapping.
-        ValueError: an entry is missing.
+        TypeError: ``state`` is not a mapping, or an entry has the wrong type.
+        ValueError: an entry is missing or out of range, or a generator refuses it.
 
     Example:
         >>> state = get_rng_state()
@@ -136,28 +145,137 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     if missing:
         msg = f"state must have entries torch, python and numpy; missing {', '.join(missing)}"
         raise ValueError(msg)
-    torch.set_rng_state(state["torch"].cpu())
-    random.setstate(_as_tuples(state["python"]))
-    legacy = state["numpy"]
-    keys = legacy["keys"].cpu().numpy().astype(np.uint32)
-    np.random.set_state(  # noqa: NPY002 - the global generator is the one to restore
-        (
-            legacy["bit_generator"],
-            keys,
-            legacy["pos"],
-            legacy["has_gauss"],
-            legacy["cached_gaussian"],
-        )
-    )
+    torch_state = _generator_state("state['torch']", state["torch"])
+    python_state = _python_state(state["python"])
+    numpy_state = _numpy_state(state["numpy"])
+    cuda_states = None
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+        saved = state["cuda"]
+        if not isinstance(saved, list | tuple):
+            msg = f"state['cuda'] must be a list of uint8 tensors, got {type(saved).__name__}"
+            raise TypeError(msg)
+        cuda_states = [_generator_state(f"state['cuda'][{i}]", s) for i, s in enumerate(saved)]
+        cuda_states = cuda_states[: torch.cuda.device_count()]
+
+    before = _rng_snapshot(cuda=cuda_states is not None)
+    entry = "state['torch']"
+    try:
+        torch.set_rng_state(torch_state)
+        entry = "state['python']"
+        random.setstate(python_state)
+        entry = "state['numpy']"
+        np.random.set_state(numpy_state)  # noqa: NPY002 - the global generator
+        for index, cuda_state in enumerate(cuda_states or []):
+            entry = f"state['cuda'][{index}]"
+            torch.cuda.set_rng_state(cuda_state, index)
+    except Exception as error:
+        _rng_restore(before)
+        msg = f"{entry} was refused: {type(error).__name__}: {_first_line(error)}"
+        raise ValueError(msg) from error
 
 
-def _as_tuples(value: Any) -> Any:
-    """``random.setstate`` wants tuples all the way down (a round trip keeps them)."""
-    if isinstance(value, list | tuple):
-        return tuple(_as_tuples(v) for v in value)
-    return value
+def _generator_state(name: str, value: Any) -> torch.Tensor:
+    """A torch generator's state: a 1-D uint8 tensor holding data, copied to the CPU."""
+    if not isinstance(value, torch.Tensor):
+        msg = f"{name} must be a uint8 tensor (a generator's state), got {type(value).__name__}"
+        raise TypeError(msg)
+    if value.dtype != torch.uint8 or value.dim() != 1 or value.layout != torch.strided:
+        msg = (
+            f"{name} must be a 1-D uint8 tensor (a generator's state), got a "
+            f"{value.dim()}-D {value.dtype} tensor with layout {value.layout}"
+        )
+        raise ValueError(msg)
+    if value.device.type == "meta":
+        msg = f"{name} is a meta tensor, which holds no data"
+        raise ValueError(msg)
+    return value.detach().cpu().contiguous()
+
+
+def _python_state(value: Any) -> tuple[Any, ...]:
+    """``random.setstate`` wants ``(version, tuple of 625 ints, gauss)`` (tuples, not lists)."""
+    name = "state['python']"
+    if not isinstance(value, list | tuple) or len(value) != 3:
+        msg = (
+            f"{name} must be random.getstate()'s (version, internal state, gauss_next) "
+            f"triple, got {type(value).__name__}"
+            + (f" of length {len(value)}" if isinstance(value, list | tuple) else "")
+        )
+        raise TypeError(msg)
+    version, internal, gauss = value
+    if not isinstance(internal, list | tuple):
+        msg = f"{name}[1] must be a tuple of ints, got {type(internal).__name__}"
+        raise TypeError(msg)
+    if gauss is not None and (isinstance(gauss, bool) or not isinstance(gauss, float | int)):
+        msg = f"{name}[2] (gauss_next) must be a float or None, got {type(gauss).__name__}"
+        raise TypeError(msg)
+    return (version, tuple(internal), gauss)
+
+
+def _numpy_state(value: Any) -> tuple[Any, ...]:
+    """The tuple ``np.random.set_state`` takes, from the dict :func:`get_rng_state` made."""
+    name = "state['numpy']"
+    if not isinstance(value, Mapping):
+        msg = f"{name} must be a mapping, got {type(value).__name__}"
+        raise TypeError(msg)
+    needed = ["bit_generator", "keys", "pos", "has_gauss", "cached_gaussian"]
+    missing = [k for k in needed if k not in value]
+    if missing:
+        msg = f"{name} must have entries {', '.join(needed)}; missing {', '.join(missing)}"
+        raise ValueError(msg)
+    if not isinstance(value["bit_generator"], str) or value["bit_generator"] != "MT19937":
+        msg = f"{name}['bit_generator'] must be 'MT19937' (NumPy's global generator)"
+        raise ValueError(msg)
+    keys = value["keys"]
+    integer = isinstance(keys, torch.Tensor) and not (
+        keys.is_floating_point() or keys.is_complex() or keys.dtype == torch.bool
+    )
+    if not isinstance(keys, torch.Tensor) or not integer or keys.layout != torch.strided:
+        msg = f"{name}['keys'] must be an integer tensor, got {_described(keys)}"
+        raise TypeError(msg)
+    if tuple(keys.shape) != (_MT_WORDS,) or keys.device.type == "meta":
+        msg = f"{name}['keys'] must hold {_MT_WORDS} numbers, got shape {tuple(keys.shape)}"
+        raise ValueError(msg)
+    words = keys.detach().cpu().to(torch.int64)
+    if bool((words < 0).any()) or bool((words >= 2**32).any()):
+        msg = f"{name}['keys'] must hold 32-bit unsigned numbers (0 to 2**32 - 1)"
+        raise ValueError(msg)
+    pos, has_gauss, cached = value["pos"], value["has_gauss"], value["cached_gaussian"]
+    if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= _MT_WORDS:
+        msg = f"{name}['pos'] must be an int from 0 to {_MT_WORDS}, got {_described(pos)}"
+        raise ValueError(msg)
+    if not isinstance(has_gauss, int) or has_gauss not in (0, 1):
+        msg = f"{name}['has_gauss'] must be 0 or 1, got {_described(has_gauss)}"
+        raise ValueError(msg)
+    if isinstance(cached, bool) or not isinstance(cached, float | int):
+        msg = f"{name}['cached_gaussian'] must be a float, got {_described(cached)}"
+        raise TypeError(msg)
+    return ("MT19937", words.numpy().astype(np.uint32), pos, int(has_gauss), float(cached))
+
+
+def _rng_snapshot(*, cuda: bool) -> tuple[Any, ...]:
+    legacy = np.random.get_state(legacy=True)  # noqa: NPY002 - the global generator
+    cuda_states = torch.cuda.get_rng_state_all() if cuda else None
+    return torch.get_rng_state(), random.getstate(), legacy, cuda_states
+
+
+def _rng_restore(snapshot: tuple[Any, ...]) -> None:
+    torch_state, python_state, numpy_state, cuda_states = snapshot
+    torch.set_rng_state(torch_state)
+    random.setstate(python_state)
+    np.random.set_state(numpy_state)  # noqa: NPY002 - the global generator
+    if cuda_states is not None:
+        torch.cuda.set_rng_state_all(cuda_states)
+
+
+def _described(value: Any) -> str:
+    """A short description of a value read from a file: never its (maybe huge) repr."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, bool | int | float) or value is None:
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else repr(value[:37] + "...")
+    return f"a {type(value).__name__}"
 
 
 # -------------------------------------------------------------------------- argument checks
@@ -169,6 +287,46 @@ def _check_objects(model: Any, optimizer: Any, scheduler: Any) -> None:
     check_type("optimizer", optimizer, optimizers, "a torch.optim.Optimizer or None")
     schedulers = (torch.optim.lr_scheduler.LRScheduler, type(None))
     check_type("scheduler", scheduler, schedulers, "an LRScheduler or None")
+
+
+def _check_map_location(value: Any) -> torch.device:
+    """The device ``map_location`` names, if this machine has it (checked before reading)."""
+    check_type("map_location", value, (str, torch.device), "a str or torch.device")
+    if isinstance(value, str):
+        try:
+            device = torch.device(value)
+        except (RuntimeError, ValueError) as error:
+            msg = (
+                f"map_location must name a device such as 'cpu' or 'cuda:0', got {value!r} "
+                f"({_first_line(error)})"
+            )
+            raise ValueError(msg) from error
+    else:
+        device = value
+    if device.type == "cpu":
+        if device.index not in (None, 0):
+            msg = f"map_location {value!r} names CPU {device.index}, but there is one CPU device: 'cpu'"
+            raise ValueError(msg)
+        return torch.device("cpu")  # torch.load refuses "cpu:0"
+    if device.type == "meta":
+        msg = f"map_location {value!r}: meta tensors hold no data to load; use 'cpu'"
+        raise ValueError(msg)
+    backend = getattr(torch, device.type, None)
+    is_available = getattr(backend, "is_available", None)
+    if not callable(is_available) or not is_available():
+        msg = (
+            f"map_location {value!r} names a {device.type} device, which is not available "
+            f"on this machine (torch.{device.type}.is_available() is not True); use 'cpu'"
+        )
+        raise RuntimeError(msg)
+    count = getattr(backend, "device_count", None)
+    if device.index is not None and callable(count) and device.index >= count():
+        msg = (
+            f"map_location {value!r} names {device.type} device {device.index}, but this "
+            f"machine has {count()} {device.type} device(s)"
+        )
+        raise RuntimeError(msg)
+    return device
 
 
 # ------------------------------------------------------------------------------------ save
@@ -185,12 +343,20 @@ def save_checkpoint(
 ) -> Path:
     """Write a checkpoint atomically: the old file stays intact until the new one is whole.
 
-    The data go to a hidden temporary file next to ``path`` (same directory, so the
-    rename cannot cross file systems), which is flushed and fsynced, then renamed over
-    ``path`` with :func:`os.replace`; the directory is fsynced so the rename itself
-    survives a power cut. If anything raises, the temporary file is removed and
-    ``path`` is untouched. A process killed mid-save (SIGKILL) leaves its temporary
-    file ``.NAME.XXXX.tmp`` behind, never a damaged ``path``.
+    The data go to a hidden temporary file ``.NAME.PID.XXXXXXXX.tmp`` next to ``path``
+    (same directory, so the rename cannot cross file systems), which is flushed and
+    fsynced, then renamed over ``path`` with :func:`os.replace`; the directory is
+    fsynced so the rename itself survives a power cut. If anything raises, the temporary
+    file is removed and ``path`` is untouched. A process killed mid-save (SIGKILL) leaves
+    its temporary file behind, never a damaged ``path``; the next save to ``path``
+    removes it (on POSIX: each writer holds a lock on its temporary file, and only files
+    whose process has ended and whose lock is free are removed, so concurrent saves
+    never remove each other's files).
+
+    ``path`` must be a new name, a regular file, or a symbolic link: a link is replaced
+    by the new file (as ``os.replace`` and ``mv`` do), and the file it pointed to keeps
+    the previous checkpoint (``torch.save`` would write through the link instead). A
+    directory, FIFO, device or socket is refused before anything is written.
 
     Before the rename the new file is checked to hold nothing that ``weights_only=True``
     would refuse, so every checkpoint written here can be read by :func:`load_checkpoint`.
@@ -209,8 +375,14 @@ def save_checkpoint(
 
     Raises:
         TypeError: an argument has the wrong type.
+        ValueError: ``path`` is empty or contains a NUL byte; ``model`` has tensors
+            on the meta device (they hold no values to save).
         FileNotFoundError: the directory of ``path`` does not exist.
         IsADirectoryError: ``path`` is a directory.
+        shutil.SpecialFileError: ``path`` is a FIFO, a device or a socket.
+        OSError: writing failed (a full disk: errno ``ENOSPC``, a file size limit:
+            ``EFBIG``, no permission: PermissionError, ...); the message names ``path``
+            and the cause, and ``path`` is unchanged.
         UnsafeCheckpointError: ``extra`` holds objects ``weights_only`` refuses (nothing
             is written).
 
@@ -222,20 +394,20 @@ def save_checkpoint(
         ...     load_checkpoint(path, model=model)
         {'step': 3}
     """
-    target = check_path("path", path)
+    target = check_file_path("path", path)
     _check_objects(model, optimizer, scheduler)
     if extra is not None:
         check_type("extra", extra, Mapping, "a mapping (or None)")
     check_type("rng", rng, bool, "a bool")
-    if target.is_dir():
-        msg = f"path {os.fspath(path)!r} is a directory; expected a checkpoint file name"
-        raise IsADirectoryError(msg)
-    directory = target.parent
-    if not directory.is_dir():
-        msg = f"path {os.fspath(path)!r}: its directory does not exist"
-        raise FileNotFoundError(msg)
 
     payload: dict[str, Any] = {"format": FORMAT, "model": model.state_dict()}
+    empty = [k for k, v in payload["model"].items() if isinstance(v, torch.Tensor) and v.is_meta]
+    if empty:
+        msg = (
+            f"model must hold data to save, but its {_listed(empty)} are on the meta "
+            "device (shapes without values); materialise it first (model.to_empty(...))"
+        )
+        raise ValueError(msg)
     if optimizer is not None:
         payload["optimizer"] = optimizer.state_dict()
     if scheduler is not None:
@@ -248,8 +420,17 @@ def save_checkpoint(
 
 
 def _write_atomically(target: Path, payload: dict[str, Any], *, shown: str) -> None:
-    with atomic_file(target) as (file, temporary):
-        torch.save(payload, file)
+    with atomic_file(target, shown=shown) as (file, temporary):
+        try:
+            torch.save(payload, file)
+        except RuntimeError as error:
+            # A failed write (full disk, size limit) reaches torch's zip writer as an
+            # OSError, which it reports as "[enforce fail ...] unexpected pos": raise the
+            # OSError, which atomic_file names with the path.
+            cause = _os_error_behind(error)
+            if cause is None:
+                raise
+            raise OSError(cause.errno, cause.strerror) from error
         file.flush()
         unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(temporary)
         if unsafe:
@@ -258,6 +439,18 @@ def _write_atomically(target: Path, payload: dict[str, Any], *, shown: str) -> N
                 "torch.load(weights_only=True) refuses; keep extra to plain data"
             )
             raise UnsafeCheckpointError(shown, problem)
+
+
+def _os_error_behind(error: BaseException) -> OSError | None:
+    """The OSError (with an errno) that ``error`` was raised while handling, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 # ------------------------------------------------------------------------------------ load
@@ -274,10 +467,17 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Load a checkpoint written by :func:`save_checkpoint` into the given objects.
 
-    The file is checked first (its zip records' CRC-32, read once more: about as long
-    as the load itself), read with ``weights_only=True``, then checked against
-    ``model`` (every key and shape), ``optimizer`` (parameter groups and their sizes),
-    and the entries asked for; only when everything fits is anything changed.
+    ``map_location`` is checked first (a device this machine lacks is an error about
+    ``map_location``, never about the file). The file is opened once (a FIFO or device
+    is refused), checked (its zip records' CRC-32, read once more: about as long as the
+    load itself), read with ``weights_only=True``, then checked against ``model`` (every
+    key, every shape, tensors where the model has tensors), ``optimizer`` (parameter
+    groups, their sizes and options, its per-parameter state), ``scheduler`` (its
+    entries) and the generator states. Only when everything fits is anything changed:
+    the generators, optimizer and scheduler are set first and put back if a later step
+    fails, and the model is loaded last. (A module whose own ``_load_from_state_dict``
+    hook raises on a state that passed these checks may be left partly loaded; torch's
+    modules do not.)
 
     Args:
         path: the checkpoint file.
@@ -287,18 +487,24 @@ def load_checkpoint(
         scheduler: receives the saved scheduler state (required in the file if given).
         rng: restore the saved generator states (required in the file if True).
         map_location: where the file's tensors land while loading (``torch.load``'s
-            argument); ``"cpu"`` loads any checkpoint on any machine.
+            argument): ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``... on a
+            device this machine has; ``"cpu"`` loads any checkpoint on any machine.
 
     Returns:
         The ``extra`` dict that was saved.
 
     Raises:
         TypeError: an argument has the wrong type.
+        ValueError: ``map_location`` names no device, or ``"meta"`` or ``"cpu:1"``;
+            ``path`` is empty or contains a NUL byte.
+        RuntimeError: ``map_location`` names a device this machine does not have.
         FileNotFoundError: ``path`` does not exist.
         IsADirectoryError: ``path`` is a directory.
+        shutil.SpecialFileError: ``path`` is a FIFO, a device or a socket.
         CorruptCheckpointError: the file is empty, truncated, corrupt or not a checkpoint.
         UnsafeCheckpointError: the file names objects ``weights_only=True`` refuses.
-        CheckpointMismatchError: entries are missing, or keys/shapes/groups differ.
+        CheckpointMismatchError: entries are missing or malformed, or keys, shapes,
+            groups, options or generator states do not fit.
 
     Example:
         >>> import tempfile
@@ -311,59 +517,98 @@ def load_checkpoint(
         >>> torch.equal(saved.weight, fresh.weight)
         True
     """
-    source = check_path("path", path)
+    source = check_file_path("path", path)
     _check_objects(model, optimizer, scheduler)
     check_type("rng", rng, bool, "a bool")
+    device = _check_map_location(map_location)
     shown = os.fspath(path)
-    if source.is_dir():
-        msg = f"path {shown!r} is a directory; expected a checkpoint file"
-        raise IsADirectoryError(msg)
-    if not source.exists():
-        msg = f"path {shown!r} does not exist"
-        raise FileNotFoundError(msg)
 
-    _check_archive(source, shown)
-    checkpoint = _read(source, shown, map_location)
+    with open_regular(source, shown, expected="a checkpoint file") as file:
+        _check_archive(file, shown)
+        checkpoint = _read(file, shown, device)
     _check_entries(checkpoint, shown, optimizer=optimizer, scheduler=scheduler, rng=rng)
     _check_model(checkpoint["model"], model, shown)
     if optimizer is not None:
         _check_optimizer(checkpoint["optimizer"], optimizer, shown)
+    if scheduler is not None:
+        _check_scheduler(checkpoint["scheduler"], scheduler, shown)
+    extra = checkpoint["extra"]
+    if not isinstance(extra, dict):
+        problem = f"has an extra entry that is {_described(extra)}, not a dict"
+        raise CheckpointMismatchError(shown, problem)
 
-    model.load_state_dict(checkpoint["model"])
+    undo: list[Callable[[], None]] = []
+    step = "rng"
     try:
+        if rng:
+            saved_rng = checkpoint["rng"]
+            cuda = isinstance(saved_rng, Mapping) and "cuda" in saved_rng
+            before = _rng_snapshot(cuda=cuda and torch.cuda.is_available())
+            undo.append(lambda: _rng_restore(before))
+            set_rng_state(saved_rng)
         if optimizer is not None:
+            step = "optimizer"
+            undo.append(_restorer(optimizer))
             optimizer.load_state_dict(checkpoint["optimizer"])
         if scheduler is not None:
-            scheduler.load_state_dict(checkpoint["scheduler"])
-    except (KeyError, ValueError, RuntimeError) as error:
-        problem = f"does not fit: {type(error).__name__}: {_first_line(error)}"
+            step = "scheduler"
+            undo.append(_restorer(scheduler, scheduler.state_dict()))
+            scheduler.load_state_dict(dict(checkpoint["scheduler"]))
+        step = "model"
+        model.load_state_dict(checkpoint["model"])
+    except Exception as error:
+        for restore in reversed(undo):
+            restore()
+        if step == "model":
+            after = "the rest was put back, but the model may be partly loaded"
+        else:
+            after = "nothing was changed"
+        problem = (
+            f"does not fit: its {step} entry was refused "
+            f"({type(error).__name__}: {_first_line(error)}); {after}"
+        )
         raise CheckpointMismatchError(shown, problem) from error
-    if rng:
-        set_rng_state(checkpoint["rng"])
-    extra: dict[str, Any] = checkpoint.get("extra", {})
     return extra
 
 
+def _restorer(owner: Any, state: dict[str, Any] | None = None) -> Callable[[], None]:
+    """Undo a ``load_state_dict`` of an optimizer or scheduler: it rebinds attributes
+    (so the old ones are kept whole), and schedulers that hold others load their states
+    into them (hence the scheduler's own ``state_dict`` loaded back)."""
+    before = dict(owner.__dict__)
+    saved = copy.deepcopy(state) if state is not None else None
+
+    def restore() -> None:
+        owner.__dict__.clear()
+        owner.__dict__.update(before)
+        if saved is not None:
+            owner.load_state_dict(copy.deepcopy(saved))
+
+    return restore
+
+
 def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else "(no message)"
 
 
-def _check_archive(source: Path, shown: str) -> None:
-    """Empty, not a zip, truncated (zip start, no end), or a record whose CRC fails."""
-    size = source.stat().st_size
+def _check_archive(file: IO[bytes], shown: str) -> None:
+    """Empty, not a zip, truncated (zip start, no end), a record that is compressed,
+    encrypted or damaged, or whose CRC fails. Reads every record once, in chunks."""
+    size = os.fstat(file.fileno()).st_size
     if size == 0:
         raise CorruptCheckpointError(shown, "is empty (0 bytes)")
+    head = file.read(len(_ZIP_MAGIC))
+    file.seek(0)
     try:
-        with zipfile.ZipFile(source) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, EOFError, OSError) as error:
-        with source.open("rb") as file:
-            head = file.read(len(_ZIP_MAGIC))
+        archive = zipfile.ZipFile(file)
+    except OSError as error:
+        raise _reading_failed(error, shown) from error
+    except Exception as error:
         if head == _ZIP_MAGIC:
             problem = (
                 f"is truncated or damaged: it starts like torch.save's zip archive but "
-                f"cannot be read as one ({size} bytes; {error})"
+                f"cannot be read as one ({size} bytes; {_first_line(error)})"
             )
         else:
             problem = (
@@ -371,31 +616,95 @@ def _check_archive(source: Path, shown: str) -> None:
                 f"torch.save writes (first bytes {head!r})"
             )
         raise CorruptCheckpointError(shown, problem) from error
-    if bad is not None:
-        problem = f"is corrupt: record {bad!r} fails its CRC-32 check (its bytes changed)"
+    with archive:
+        for info in archive.infolist():
+            _check_record(archive, info, shown)
+
+
+def _check_record(archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str) -> None:
+    name = info.filename
+    if info.flag_bits & 0x1:
+        problem = f"is damaged: record {name!r} is marked encrypted, which torch.save never does"
         raise CorruptCheckpointError(shown, problem)
-
-
-def _read(source: Path, shown: str, map_location: str | torch.device) -> Any:
+    if info.compress_type != zipfile.ZIP_STORED:
+        problem = (
+            f"is not as torch.save writes it: record {name!r} is compressed (zip method "
+            f"{info.compress_type}); torch.save stores every record uncompressed"
+        )
+        raise CorruptCheckpointError(shown, problem)
     try:
-        return torch.load(source, map_location=map_location, weights_only=True)
+        with archive.open(info) as record:
+            while record.read(_CHUNK):
+                pass
+    except zipfile.BadZipFile as error:
+        if str(error).startswith("Bad CRC-32"):
+            problem = f"is corrupt: record {name!r} fails its CRC-32 check (its bytes changed)"
+        else:
+            problem = f"is corrupt: record {name!r} cannot be read ({_first_line(error)})"
+        raise CorruptCheckpointError(shown, problem) from error
+    except OSError as error:
+        raise _reading_failed(error, shown) from error
+    except Exception as error:
+        problem = f"is corrupt: record {name!r} cannot be read ({type(error).__name__}: {_first_line(error)})"
+        raise CorruptCheckpointError(shown, problem) from error
+
+
+def _read(file: IO[bytes], shown: str, device: torch.device) -> Any:
+    file.seek(0)
+    try:
+        return torch.load(file, map_location=device, weights_only=True)
     except pickle.UnpicklingError as error:
-        if "Weights only load failed" not in str(error):
-            problem = f"is corrupt: its pickle cannot be read ({_first_line(error)})"
+        names: list[str] = []
+        if "Weights only load failed" in str(error):
+            try:
+                file.seek(0)
+                names = torch.serialization.get_unsafe_globals_in_checkpoint(file)
+            except Exception:  # noqa: BLE001 - a pickle too damaged to list: corrupt
+                names = []
+        if not names:
+            problem = f"is corrupt: its pickle cannot be read ({_unpickler_reason(error)})"
             raise CorruptCheckpointError(shown, problem) from error
-        try:
-            names = ", ".join(torch.serialization.get_unsafe_globals_in_checkpoint(source))
-        except Exception:  # noqa: BLE001 - the names only improve the message
-            names = ""
         problem = (
             f"was refused by torch.load(weights_only=True): it would import or call "
-            f"{names or 'objects outside the allowlist'}, and a pickle can run code when "
-            "loaded; load it with weights_only=False only if you trust where it came from"
+            f"{', '.join(names)}, and a pickle can run code when loaded; load it with "
+            "weights_only=False only if you trust where it came from"
         )
         raise UnsafeCheckpointError(shown, problem) from error
+    except MemoryError as error:
+        msg = f"loading checkpoint {shown!r} ran out of memory: {_first_line(error)}"
+        raise MemoryError(msg) from error
+    except _OUT_OF_MEMORY as error:  # a device's memory: not the file's fault
+        msg = f"loading checkpoint {shown!r} onto {device} ran out of memory: {_first_line(error)}"
+        raise type(error)(msg) from error
+    except OSError as error:  # reading failed (an I/O error): the file may be fine
+        raise _reading_failed(error, shown) from error
     except Exception as error:
         problem = f"could not be read: {type(error).__name__}: {_first_line(error)}"
         raise CorruptCheckpointError(shown, problem) from error
+
+
+def _reading_failed(error: OSError, shown: str) -> OSError:
+    """An I/O error while reading is not a damaged file: an OSError naming the file."""
+    if error.errno is None:
+        return OSError(f"reading checkpoint {shown!r} failed: {error}")
+    return OSError(error.errno, f"reading checkpoint {shown!r} failed: {error.strerror}")
+
+
+def _unpickler_reason(error: BaseException) -> str:
+    """What torch's weights-only message says is wrong (after "WeightsUnpickler error:")."""
+    text = str(error)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        rest = [line.strip() for line in text.split(marker, 1)[1].splitlines() if line.strip()]
+        if rest:
+            return f"{marker} {rest[0]}"
+    return _first_line(error)
+
+
+def _keys_shown(mapping: Mapping[Any, Any]) -> str:
+    keys = [_described(k) for _, k in zip(range(_SHOWN_KEYS), mapping, strict=False)]
+    more = f" and {len(mapping) - _SHOWN_KEYS} more" if len(mapping) > _SHOWN_KEYS else ""
+    return "[" + ", ".join(keys) + "]" + more
 
 
 def _check_entries(
@@ -406,9 +715,10 @@ def _check_entries(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     rng: bool,
 ) -> None:
-    if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
+    tag = checkpoint.get("format") if isinstance(checkpoint, dict) else None
+    if not isinstance(tag, str) or tag != FORMAT:
         kind = type(checkpoint).__name__
-        keys = list(checkpoint)[:_SHOWN_KEYS] if isinstance(checkpoint, dict) else []
+        keys = _keys_shown(checkpoint) if isinstance(checkpoint, dict) and checkpoint else ""
         problem = (
             f"is not a pytorch_memo checkpoint (no format entry {FORMAT!r}); it holds a "
             f"{kind}" + (f" with keys {keys}" if keys else "") + ". A bare state_dict "
@@ -421,7 +731,7 @@ def _check_entries(
     wanted += ["rng"] if rng else []
     missing = [name for name in wanted if name not in checkpoint]
     if missing:
-        problem = f"lacks the entries {missing} (it has {sorted(checkpoint)})"
+        problem = f"lacks the entries {missing} (it has {_keys_shown(checkpoint)})"
         raise CheckpointMismatchError(shown, problem)
 
 
@@ -430,36 +740,209 @@ def _listed(keys: list[str]) -> str:
     return ", ".join(keys[:_SHOWN_KEYS]) + more
 
 
-def _check_model(saved: Mapping[str, Any], model: nn.Module, shown: str) -> None:
+def _check_model(saved: Any, model: nn.Module, shown: str) -> None:
+    name = type(model).__name__
+    if not isinstance(saved, Mapping):
+        problem = f"has a model entry that is {_described(saved)}, not a state_dict"
+        raise CheckpointMismatchError(shown, problem)
+    odd = [_described(k) for k in saved if not isinstance(k, str)]
+    if odd:
+        problem = f"has a model entry whose keys are not all names: {_listed(odd)}"
+        raise CheckpointMismatchError(shown, problem)
     expected = model.state_dict()
     missing = [k for k in expected if k not in saved]
     unexpected = [k for k in saved if k not in expected]
-    shapes = [
-        f"{k}: {tuple(saved[k].shape)} in the file, {tuple(v.shape)} in the model"
-        for k, v in expected.items()
-        if k in saved and isinstance(v, torch.Tensor) and saved[k].shape != v.shape
-    ]
+    kinds, shapes = [], []
+    for key, value in expected.items():
+        if key not in saved or not isinstance(value, torch.Tensor):
+            continue  # a module's extra state (get_extra_state) may be anything
+        found = saved[key]
+        if not isinstance(found, torch.Tensor):
+            kinds.append(f"{key}: {_described(found)} in the file, a tensor in the model")
+        elif found.layout != value.layout:
+            kinds.append(f"{key}: layout {found.layout} in the file, {value.layout} in the model")
+        elif found.is_complex() and not value.is_complex():
+            kinds.append(f"{key}: {found.dtype} in the file, {value.dtype} in the model")
+        elif found.is_meta and not value.is_meta:
+            kinds.append(f"{key}: a meta tensor (no values) in the file")
+        elif not nn.parameter.is_lazy(value) and found.shape != value.shape:
+            shapes.append(
+                f"{key}: {tuple(found.shape)} in the file, {tuple(value.shape)} in the model"
+            )
     problems = []
     if missing:
         problems.append(f"missing keys {_listed(missing)}")
     if unexpected:
         problems.append(f"unexpected keys {_listed(unexpected)}")
+    if kinds:
+        problems.append(f"wrong kinds of values {_listed(kinds)}")
     if shapes:
         problems.append(f"shape mismatches {_listed(shapes)}")
     if problems:
-        name = type(model).__name__
         raise CheckpointMismatchError(shown, f"does not fit the {name}: {'; '.join(problems)}")
 
 
+def _tree_problem(value: Any) -> str | None:
+    """Why ``value`` is not plain data that torch can copy in bounded time: tensors,
+    numbers, strings and None in lists, tuples and dicts, at most ``_DEPTH`` deep, none
+    reached twice (torch's optimizer copies a shared container once per reference: a
+    pickle of shared lists can make that exponential)."""
+    seen: set[int] = set()
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if item is None or isinstance(item, bool | int | float | str | torch.Tensor):
+            continue
+        if not isinstance(item, list | tuple | dict):
+            return f"holds {_described(item)}"
+        if depth >= _DEPTH:
+            return f"is nested more than {_DEPTH} deep"
+        if id(item) in seen:
+            return "holds the same container twice"
+        seen.add(id(item))
+        children = item.values() if isinstance(item, dict) else item
+        pending.extend((child, depth + 1) for child in children)
+    return None
+
+
 def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, shown: str) -> None:
-    groups = saved.get("param_groups") if isinstance(saved, dict) else None
-    if not isinstance(groups, list):
+    name = type(optimizer).__name__
+    groups = saved.get("param_groups") if isinstance(saved, Mapping) else None
+    if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
         raise CheckpointMismatchError(shown, "has an optimizer entry without param_groups")
+    state = saved.get("state")
+    if not isinstance(state, Mapping):
+        problem = f"has an optimizer entry whose state is {_described(state)}, not a dict"
+        raise CheckpointMismatchError(shown, problem)
+    ids: list[int] = []
+    for index, group in enumerate(groups):
+        params = group.get("params")
+        if not isinstance(params, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) for p in params
+        ):
+            problem = f"has optimizer param_groups[{index}] without a list of parameter ids"
+            raise CheckpointMismatchError(shown, problem)
+        ids += params
     sizes = [len(g["params"]) for g in groups]
     wanted = [len(g["params"]) for g in optimizer.param_groups]
     if sizes != wanted:
         problem = (
-            f"does not fit the {type(optimizer).__name__}: parameters per group "
+            f"does not fit the {name}: parameters per group "
             f"{sizes} in the file, {wanted} in the optimizer"
         )
         raise CheckpointMismatchError(shown, problem)
+    if len(set(ids)) != len(ids):
+        raise CheckpointMismatchError(
+            shown, "has optimizer param_groups that repeat a parameter id"
+        )
+    for index, (group, current) in enumerate(zip(groups, optimizer.param_groups, strict=True)):
+        where = f"optimizer param_groups[{index}]"
+        _check_kind_of_state(group, current, shown, where, f"the {name}'s", skip={"params"})
+        for key in sorted(current.keys() & group.keys() - {"params", "param_names"}):
+            wrong = _kind_problem(group[key], current[key])
+            if wrong:
+                raise CheckpointMismatchError(shown, f"does not fit: {where}[{key!r}] {wrong}")
+    known = set(ids)
+    for key, entry in state.items():
+        if key not in known:
+            problem = (
+                f"has optimizer state for parameter id {_described(key)}, which no group lists"
+            )
+            raise CheckpointMismatchError(shown, problem)
+        if not isinstance(entry, Mapping):
+            problem = f"has optimizer state for parameter {key} that is not a dict"
+            raise CheckpointMismatchError(shown, problem)
+        wrong = _tree_problem(dict(entry))
+        if wrong:
+            problem = f"has optimizer state for parameter {key} that {wrong}"
+            raise CheckpointMismatchError(shown, problem)
+
+
+def _check_kind_of_state(
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    shown: str,
+    where: str,
+    whose: str,
+    *,
+    skip: Iterable[str] = (),
+) -> None:
+    """Refuse a state saved from another kind of optimizer or scheduler: it has public
+    entries ``current`` lacks *and* lacks some that ``current`` has. (Entries only added
+    or only dropped are what a newer or older torch version does; torch fills in missing
+    ones, so that is accepted.)"""
+    ignored = {"verbose", "param_names", *skip}  # verbose: dropped from torch's schedulers
+
+    def public(keys: Iterable[Any]) -> set[str]:
+        return {k for k in keys if isinstance(k, str) and not k.startswith("_")} - ignored
+
+    odd = [_described(k) for k in saved if not isinstance(k, str)]
+    if odd:
+        problem = f"has {where} whose keys are not all names: {_listed(odd)}"
+        raise CheckpointMismatchError(shown, problem)
+    unexpected = sorted(public(saved) - public(current))
+    missing = sorted(public(current) - public(saved))
+    if unexpected and missing:
+        problem = (
+            f"does not fit: its {where} was saved from another kind of object than "
+            f"{whose}: it has {_listed(unexpected)}, which {whose} lacks, and lacks "
+            f"{_listed(missing)}"
+        )
+        raise CheckpointMismatchError(shown, problem)
+
+
+def _kind_problem(saved: Any, current: Any) -> str | None:
+    """Why ``saved`` cannot stand for ``current`` (driven by ``current``, so bounded)."""
+    if saved is None or current is None:
+        return None
+    number = (int, float, torch.Tensor)
+    if isinstance(current, bool):
+        ok = isinstance(saved, bool)
+    elif isinstance(current, number):
+        ok = isinstance(saved, number) and not isinstance(saved, bool)
+        if ok and isinstance(saved, torch.Tensor):
+            ok = saved.numel() == 1 or (
+                isinstance(current, torch.Tensor) and saved.shape == current.shape
+            )
+    elif isinstance(current, str):
+        ok = isinstance(saved, str)
+    elif isinstance(current, list | tuple):
+        if not isinstance(saved, list | tuple):
+            ok = False
+        elif len(saved) != len(current):
+            return f"has {len(saved)} entries in the file, {len(current)} here"
+        else:
+            for index, (s, c) in enumerate(zip(saved, current, strict=True)):
+                problem = _kind_problem(s, c)
+                if problem:
+                    return f"[{index}] {problem}"
+            return None
+    elif isinstance(current, Mapping):
+        if not isinstance(saved, Mapping):
+            ok = False
+        else:
+            for key in current.keys() & saved.keys():
+                problem = _kind_problem(saved[key], current[key])
+                if problem:
+                    return f"[{key!r}] {problem}"
+            return None
+    else:
+        return None  # an object of the scheduler's own (a callable): torch handles it
+    if ok:
+        return None
+    return f"is {_described(saved)} in the file, {_described(current)} here"
+
+
+def _check_scheduler(
+    saved: Any, scheduler: torch.optim.lr_scheduler.LRScheduler, shown: str
+) -> None:
+    name = type(scheduler).__name__
+    if not isinstance(saved, Mapping):
+        problem = f"has a scheduler entry that is {_described(saved)}, not a state_dict"
+        raise CheckpointMismatchError(shown, problem)
+    current = scheduler.state_dict()
+    _check_kind_of_state(saved, current, shown, "scheduler state", f"the {name}")
+    for key in sorted(current.keys() & saved.keys()):
+        wrong = _kind_problem(saved[key], current[key])
+        if wrong:
+            raise CheckpointMismatchError(shown, f"does not fit the {name}: {key} {wrong}")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+import struct
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import matplotlib as mpl
 import pytest
@@ -13,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytorch_memo.archive import archive_records, plot_archive
+from tests.fileprocs import forked
 
 mpl.use("Agg")
 import matplotlib.pyplot as plt
@@ -86,3 +92,116 @@ def test_bad_input(tmp_path: Path) -> None:
     (tmp_path / "junk.pt").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match=r"'.*junk\.pt' is not a zip archive"):
         archive_records(tmp_path / "junk.pt")
+
+
+# ------------------------------------------------------------- odd files (hostile input)
+
+
+def _outcome(call: Any) -> tuple[str, Any]:
+    """``call()`` in a forked child, at most 30 s and 512 MiB more memory."""
+    return forked(call, timeout=30, memory=512 << 20)
+
+
+def _records_of(path: Path) -> Any:
+    return lambda: archive_records(path)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs, sockets and /dev/zero are POSIX")
+def test_special_files_are_refused_without_reading_them(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.pt"
+    os.mkfifo(fifo)  # opening it would block until a writer comes
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock.pt"))
+    server.close()
+    (tmp_path / "zero.pt").symlink_to("/dev/zero")  # read whole, it never ends
+    cases = [
+        (fifo, r"is a FIFO \(named pipe\), not a regular file"),
+        (Path("/dev/zero"), "is a character device, not a regular file"),
+        (tmp_path / "zero.pt", "is a character device, not a regular file"),
+        (tmp_path / "sock.pt", "is a socket, not a regular file"),
+    ]
+    for path, match in cases:
+        for call in (_records_of(path), lambda p=path: plot_archive(p)):
+            kind, detail = _outcome(call)
+            assert kind == "raised", (path, kind, detail)  # not a hang, nor a MemoryError
+            name, message, _ = detail
+            assert name == "SpecialFileError", (path, detail)
+            assert re.search(f"path '{re.escape(str(path))}' {match}", message), message
+
+
+def test_missing_files_and_directories_are_named_as_such(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"path '.*absent\.pt' does not exist"):
+        archive_records(tmp_path / "absent.pt")
+    with pytest.raises(IsADirectoryError, match=r"path '.*' is a directory; expected a torch"):
+        archive_records(tmp_path)
+    with pytest.raises(ValueError, match=r"path must not contain a NUL byte"):
+        archive_records(f"{tmp_path}/a\x00.pt")
+
+
+def test_a_huge_file_is_read_only_in_bounded_pieces(tmp_path: Path) -> None:
+    # 3 GiB, sparse (no disk used): not a zip, then a zip whose end claims a 3 GiB index.
+    size = 3 << 30
+    big = tmp_path / "big.pt"
+    with big.open("wb") as file:
+        file.truncate(size)
+    kind, detail = _outcome(_records_of(big))
+    assert (kind, detail[0]) == ("raised", "ValueError"), detail
+    assert "is not a zip archive" in detail[1]
+
+    index_size = size - 22 - 100
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, index_size, 100, 0)
+    with big.open("r+b") as file:
+        file.seek(size - 22)
+        file.write(end)
+    assert zipfile.is_zipfile(big)  # zipfile takes it for a zip, and would read 3 GiB
+    kind, detail = _outcome(_records_of(big))
+    assert (kind, detail[0]) == ("raised", "ValueError"), detail
+    assert f"asks for a read of {index_size} bytes" in detail[1]
+
+
+def _damaged(tmp_path: Path, change: Any) -> Path:
+    path = tmp_path / "d.pt"
+    torch.save({"w": torch.zeros(10)}, path)
+    data = bytearray(path.read_bytes())
+    change(data)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _central(data: bytearray, index: int) -> int:
+    at = -1
+    for _ in range(index + 1):
+        at = data.index(b"PK\x01\x02", at + 1)
+    return at
+
+
+def test_damaged_archives_are_value_errors_naming_the_file(tmp_path: Path) -> None:
+    def name_byte(data: bytearray) -> None:
+        data[_central(data, 0) + 46 + 1] = 0xFF  # a name flagged UTF-8 that is not
+
+    def offset_past_the_end(data: bytearray) -> None:
+        struct.pack_into("<I", data, _central(data, 1) + 42, len(data) + 1000)
+
+    def no_local_header(data: bytearray) -> None:
+        struct.pack_into("<I", data, _central(data, 1) + 42, 5)
+
+    def longer_than_the_file(data: bytearray) -> None:
+        for offset in (20, 24):  # compressed and uncompressed sizes
+            struct.pack_into("<I", data, _central(data, 0) + offset, 10**8)
+
+    cases = [
+        (name_byte, "is a damaged zip archive: UnicodeDecodeError"),
+        (offset_past_the_end, r"is a damaged zip archive: record .* has no local header"),
+        (no_local_header, "is a damaged zip archive: record .* has no local header at byte 5"),
+        (longer_than_the_file, r"is a damaged zip archive: record .* ends past the end of"),
+    ]
+    for change, match in cases:
+        path = _damaged(tmp_path, change)
+        with pytest.raises(ValueError, match=rf"path '.*d\.pt' {match}"):
+            archive_records(path)
+
+
+def test_plot_archive_names_a_wrong_ax(tmp_path: Path) -> None:
+    torch.save({"w": torch.zeros(4)}, tmp_path / "w.pt")
+    with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes or None, got str: 'ax'"):
+        plot_archive(tmp_path / "w.pt", ax="ax")  # type: ignore[arg-type]

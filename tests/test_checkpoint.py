@@ -3,14 +3,20 @@ files, and exact resumption, checked against plain torch."""
 
 from __future__ import annotations
 
+import copy
+import errno
 import os
 import random
+import resource
 import select
+import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ from pytorch_memo.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from tests.fileprocs import drop_file_capabilities, forked, permissions_enforced
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = settings(
@@ -514,3 +521,689 @@ def test_set_rng_state_checks_its_input() -> None:
         set_rng_state([1, 2])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="missing numpy"):
         set_rng_state({"torch": torch.get_rng_state(), "python": random.getstate()})
+
+
+# ------------------------------------------------------------- what save replaces (2)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs and device nodes are POSIX")
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_save_refuses_a_fifo_or_a_device_and_leaves_it(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "ckpt.pt"
+    if kind == "fifo":
+        os.mkfifo(path)
+        words = r"a FIFO \(named pipe\)"
+    else:
+        try:  # the character device 1:3 (/dev/null's); needs CAP_MKNOD
+            os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        except PermissionError:
+            path.symlink_to("/dev/null")  # a link to one is refused as well
+        words = "a character device"
+    before = path.lstat()
+    with pytest.raises(shutil.SpecialFileError, match=rf"'.*ckpt\.pt' is {words}, not a regular"):
+        save_checkpoint(path, model=nn.Linear(2, 2))
+    after = path.lstat()
+    assert (after.st_mode, after.st_ino, after.st_rdev) == (
+        before.st_mode,
+        before.st_ino,
+        before.st_rdev,
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+    # Loading one is refused without opening it (a FIFO would block), not called corrupt.
+    with pytest.raises(shutil.SpecialFileError, match=rf"'.*ckpt\.pt' is {words}"):
+        load_checkpoint(path, model=nn.Linear(2, 2))
+
+
+def test_save_replaces_a_symlink_and_keeps_the_checkpoint_it_named(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    old, new = nn.Linear(2, 2), nn.Linear(2, 2)
+    save_checkpoint(tmp_path / "epoch3.pt", model=old, extra={"epoch": 3})
+    (tmp_path / "latest.pt").symlink_to("epoch3.pt")
+    assert load_checkpoint(tmp_path / "latest.pt", model=nn.Linear(2, 2)) == {"epoch": 3}
+    save_checkpoint(tmp_path / "latest.pt", model=new, extra={"epoch": 4})
+    assert not (tmp_path / "latest.pt").is_symlink()
+    assert load_checkpoint(tmp_path / "latest.pt", model=nn.Linear(2, 2)) == {"epoch": 4}
+    assert load_checkpoint(tmp_path / "epoch3.pt", model=nn.Linear(2, 2)) == {"epoch": 3}
+
+
+def test_long_names_and_nul_bytes(tmp_path: Path) -> None:
+    long_name = "c" * 250 + ".pt"  # fits NAME_MAX; its temporary's name must too
+    path = save_checkpoint(tmp_path / long_name, model=nn.Linear(2, 2))
+    assert load_checkpoint(path, model=nn.Linear(2, 2)) == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [long_name]
+    for call in (save_checkpoint, load_checkpoint):
+        with pytest.raises(ValueError, match=r"path must not contain a NUL byte, got '.*c\\x00'"):
+            call(f"{tmp_path}/c\x00", model=nn.Linear(2, 2))
+
+
+# ------------------------------------------------------- nothing changes unless all fits (3)
+
+
+def _everything(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+    model, optimizer, scheduler = _training(seed)
+    _seed_all(seed)
+    for _ in range(2):
+        _step(model, optimizer, scheduler)
+    return model, optimizer, scheduler
+
+
+def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> Any:
+    return (
+        {k: v.clone() for k, v in model.state_dict().items()},
+        copy.deepcopy(optimizer.state_dict()),
+        copy.deepcopy(scheduler.state_dict()),
+        get_rng_state(),
+        model.training,
+    )
+
+
+def _good_payload(tmp_path: Path) -> dict[str, Any]:
+    saved = _everything(seed=5)
+    path = save_checkpoint(
+        tmp_path / "good.pt", model=saved[0], optimizer=saved[1], scheduler=saved[2]
+    )
+    payload: dict[str, Any] = torch.load(path, weights_only=True)
+    return payload
+
+
+def _numpy_keys_too_short(p: dict[str, Any]) -> None:
+    p["rng"]["numpy"]["keys"] = p["rng"]["numpy"]["keys"][:10]
+
+
+def _python_state_refused(p: dict[str, Any]) -> None:
+    # Passes the shape check; random.setstate refuses it after torch's state was set.
+    p["rng"]["python"] = (3, (1,) * 10, None)
+
+
+def _numpy_state_refused(p: dict[str, Any]) -> None:
+    # Set after torch's and Python's: both must be put back.
+    p["rng"]["numpy"]["pos"] = 10**6
+
+
+def _torch_state_wrong_size(p: dict[str, Any]) -> None:
+    p["rng"]["torch"] = p["rng"]["torch"][:100]
+
+
+def _no_optimizer_state(p: dict[str, Any]) -> None:
+    del p["optimizer"]["state"]
+
+
+def _optimizer_step_missing(p: dict[str, Any]) -> None:
+    # AdamW's __setstate__ reads each state's "step" after installing the new state:
+    # a failure after the optimizer has changed, which must be undone.
+    for state in p["optimizer"]["state"].values():
+        del state["step"]
+
+
+def _sgd_groups(p: dict[str, Any]) -> None:
+    group = p["optimizer"]["param_groups"][0]
+    for key in ["betas", "eps", "amsgrad", "capturable", "decoupled_weight_decay"]:
+        group.pop(key, None)
+    group.update(momentum=0.9, dampening=0.0, nesterov=False)
+
+
+def _cosine_scheduler(p: dict[str, Any]) -> None:
+    scheduler = p["scheduler"]
+    del scheduler["step_size"], scheduler["gamma"]
+    scheduler.update(T_max=10, eta_min=0.0)
+
+
+def _scheduler_for_two_groups(p: dict[str, Any]) -> None:
+    p["scheduler"]["base_lrs"] = [0.01, 0.01]
+
+
+def _scheduler_epoch_is_text(p: dict[str, Any]) -> None:
+    p["scheduler"]["last_epoch"] = "three"
+
+
+def _model_value_not_a_tensor(p: dict[str, Any]) -> None:
+    p["model"]["0.weight"] = "weights"
+
+
+def _model_complex(p: dict[str, Any]) -> None:
+    p["model"]["0.bias"] = p["model"]["0.bias"].to(torch.complex64)
+
+
+BROKEN = {
+    "rng numpy keys too short": (
+        _numpy_keys_too_short,
+        r"state\['numpy'\]\['keys'\] must hold 624",
+    ),
+    "rng python refused": (_python_state_refused, r"state\['python'\] was refused"),
+    "rng numpy refused": (_numpy_state_refused, r"state\['numpy'\]\['pos'\] must be an int"),
+    "rng torch wrong size": (_torch_state_wrong_size, r"state\['torch'\] was refused"),
+    "optimizer without state": (_no_optimizer_state, "optimizer entry whose state is None"),
+    "optimizer step missing": (_optimizer_step_missing, r"optimizer entry was refused \(KeyError"),
+    "optimizer of another kind": (_sgd_groups, r"another kind of object than the AdamW's"),
+    "scheduler of another kind": (_cosine_scheduler, r"T_max.*which the StepLR lacks"),
+    "scheduler for two groups": (_scheduler_for_two_groups, "base_lrs has 2 entries in the file"),
+    "scheduler epoch is text": (_scheduler_epoch_is_text, "last_epoch is 'three' in the file"),
+    "model value not a tensor": (_model_value_not_a_tensor, "0.weight: 'weights' in the file"),
+    "model complex": (_model_complex, "0.bias: torch.complex64 in the file, torch.float32"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_checkpoint_that_does_not_fit_changes_nothing(tmp_path: Path, case: str) -> None:
+    payload = _good_payload(tmp_path)
+    damage, match = BROKEN[case]
+    damage(payload)
+    torch.save(payload, tmp_path / "bad.pt")
+
+    target = _everything(seed=0)
+    _seed_all(77)
+    before = _snapshot(*target)
+    with pytest.raises(CheckpointMismatchError, match=match) as caught:
+        load_checkpoint(
+            tmp_path / "bad.pt", model=target[0], optimizer=target[1], scheduler=target[2]
+        )
+    assert caught.value.path == tmp_path / "bad.pt"
+    assert _same(_snapshot(*target), before)  # model, optimizer, scheduler, generators
+    # ... and the objects still work: one more step matches an untouched copy's.
+    twin = _everything(seed=0)
+    _seed_all(3)
+    _step(*target)
+    _seed_all(3)
+    _step(*twin)
+    assert _same(target[0].state_dict(), twin[0].state_dict())
+
+
+def test_a_model_that_fails_to_load_puts_the_rest_back(tmp_path: Path) -> None:
+    # The model is loaded last; if it still raises (a module's own hook), the optimizer,
+    # scheduler and generators, already set, are put back.
+    saved = _everything(seed=5)
+    path = save_checkpoint(
+        tmp_path / "c.pt", model=saved[0], optimizer=saved[1], scheduler=saved[2]
+    )
+    target = _everything(seed=0)
+
+    def refuse(module: nn.Module, incompatible: Any) -> None:
+        raise RuntimeError("this module refuses loaded weights")
+
+    target[0].register_load_state_dict_post_hook(refuse)
+    _seed_all(77)
+    _, optimizer_before, scheduler_before, rng_before, _ = _snapshot(*target)
+    with pytest.raises(CheckpointMismatchError, match=r"model entry was refused.*refuses loaded"):
+        load_checkpoint(path, model=target[0], optimizer=target[1], scheduler=target[2])
+    _, optimizer_after, scheduler_after, rng_after, _ = _snapshot(*target)
+    assert _same(optimizer_after, optimizer_before)
+    assert _same(scheduler_after, scheduler_before)
+    assert _same(rng_after, rng_before)
+
+
+def test_set_rng_state_changes_all_generators_or_none() -> None:
+    good = get_rng_state()
+    _seed_all(1)
+    before = get_rng_state()
+    bad = copy.deepcopy(good)
+    bad["numpy"]["keys"] = bad["numpy"]["keys"] + 2**32  # out of range for uint32
+    with pytest.raises(ValueError, match=r"state\['numpy'\]\['keys'\] must hold 32-bit unsigned"):
+        set_rng_state(bad)
+    bad = copy.deepcopy(good)
+    bad["python"] = (3, tuple(range(10)), None)  # random.setstate refuses it, after torch
+    with pytest.raises(ValueError, match=r"state\['python'\] was refused: ValueError"):
+        set_rng_state(bad)
+    assert _same(get_rng_state(), before)
+    for entry, value, error, match in [
+        ("torch", "state", TypeError, r"state\['torch'\] must be a uint8 tensor"),
+        ("torch", torch.zeros(5056), ValueError, r"1-D uint8 tensor .* torch\.float32"),
+        ("python", "state", TypeError, r"state\['python'\] must be random\.getstate"),
+        ("numpy", [], TypeError, r"state\['numpy'\] must be a mapping, got list"),
+    ]:
+        with pytest.raises(error, match=match):
+            set_rng_state({**good, entry: value})
+    assert _same(get_rng_state(), before)
+
+
+# --------------------------------------------------- damaged files and wrong content (4)
+
+
+def _central_entries(data: bytes) -> list[int]:
+    found, at = [], data.find(b"PK\x01\x02")
+    while at != -1:
+        found.append(at)
+        at = data.find(b"PK\x01\x02", at + 1)
+    return found
+
+
+def _local_entries(data: bytes) -> list[int]:
+    found, at = [], data.find(b"PK\x03\x04")
+    while at != -1:
+        found.append(at)
+        at = data.find(b"PK\x03\x04", at + 1)
+    return found
+
+
+def _name_byte_ff(data: bytearray) -> None:
+    central = _central_entries(data)[0]
+    data[central + 46 + 2] = 0xFF  # the record's name, flagged UTF-8 by torch's writer
+
+
+def _method_99(data: bytearray) -> None:
+    for central in _central_entries(data):
+        struct.pack_into("<H", data, central + 10, 99)
+    for local in _local_entries(data):
+        struct.pack_into("<H", data, local + 8, 99)
+
+
+def _method_deflate(data: bytearray) -> None:
+    struct.pack_into("<H", data, _central_entries(data)[0] + 10, 8)
+    struct.pack_into("<H", data, _local_entries(data)[0] + 8, 8)
+
+
+def _encrypted(data: bytearray) -> None:
+    central = _central_entries(data)[0]
+    flags = struct.unpack_from("<H", data, central + 8)[0]
+    struct.pack_into("<H", data, central + 8, flags | 0x1)
+
+
+def _header_offset_past_the_end(data: bytearray) -> None:
+    struct.pack_into("<I", data, _central_entries(data)[1] + 42, len(data) + 10_000)
+
+
+def _local_magic_broken(data: bytearray) -> None:
+    data[_local_entries(data)[2] + 2] ^= 0xFF
+
+
+SURGERY = {
+    "name byte 0xff": (_name_byte_ff, r"is truncated or damaged.*UnicodeDecodeError|codec can't"),
+    "compression method 99": (_method_99, r"is compressed \(zip method 99\)"),
+    "compression method deflate": (_method_deflate, r"is compressed \(zip method 8\)"),
+    "encrypted flag": (_encrypted, r"record 'archive/data\.pkl' is marked encrypted"),
+    "header offset past the end": (_header_offset_past_the_end, r"cannot be read"),
+    "local header magic broken": (_local_magic_broken, r"cannot be read \(Bad magic number"),
+}
+
+
+@pytest.mark.parametrize("case", list(SURGERY))
+def test_damaged_bytes_are_a_corrupt_checkpoint_naming_the_file(saved: Path, case: str) -> None:
+    surgery, match = SURGERY[case]
+    data = bytearray(saved.read_bytes())
+    surgery(data)
+    saved.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match=match) as caught:
+        load_checkpoint(saved, model=nn.Linear(64, 64))
+    assert str(caught.value).startswith(f"checkpoint '{saved}' ")
+
+
+def _rebuilt(source: Path, target: Path, pickle_bytes: bytes) -> Path:
+    """``source`` with its data.pkl replaced: a valid zip, CRCs and all."""
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for info in old.infolist():
+            data = pickle_bytes if info.filename.endswith("/data.pkl") else old.read(info)
+            new.writestr(info.filename, data)
+    return target
+
+
+def test_a_pickle_weights_only_cannot_read_is_corrupt_not_unsafe(saved: Path) -> None:
+    # Opcode 0xff exists in no pickle protocol: no global is involved, so nothing unsafe.
+    path = _rebuilt(saved, saved.parent / "junk.pt", b"\x80\x02\xff.")
+    with pytest.raises(CorruptCheckpointError, match=r"Unsupported operand 255"):
+        load_checkpoint(path, model=nn.Linear(64, 64))
+
+
+def _payload_with(**entries: Any) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "format": FORMAT,
+        "model": nn.Linear(2, 2).state_dict(),
+        "rng": get_rng_state(),
+        "extra": {},
+    }
+    payload.update(entries)
+    return payload
+
+
+WRONG_CONTENT = {
+    "model is a list": (
+        _payload_with(model=[1, 2]),
+        "model entry that is a list, not a state_dict",
+    ),
+    "model is a tensor": (
+        _payload_with(model=torch.ones(2)),
+        "model entry that is a torch.float32",
+    ),
+    "model keys are ints": (_payload_with(model={0: torch.ones(2)}), "keys are not all names: 0"),
+    "model value is a list": (
+        _payload_with(model={"weight": [1.0], "bias": torch.zeros(2)}),
+        "weight: a list in the file, a tensor in the model",
+    ),
+    "extra is a list": (_payload_with(extra=[1]), "extra entry that is a list, not a dict"),
+    "format is a tensor": (_payload_with(format=torch.ones(3)), "not a pytorch_memo checkpoint"),
+    "keys of mixed types": (
+        {"format": FORMAT, 1: 2, "b": 3},
+        r"lacks the entries \['model', 'extra', 'rng'\] \(it has \['format', 1, 'b'\]\)",
+    ),
+    "rng is a string": (_payload_with(rng="seed"), "state must be a mapping from get_rng_state"),
+    "rng numpy is a list": (
+        _payload_with(rng={**get_rng_state(), "numpy": [1]}),
+        r"state\['numpy'\] must be a mapping",
+    ),
+    "rng python is a string": (
+        _payload_with(rng={**get_rng_state(), "python": "x"}),
+        r"state\['python'\] must be random\.getstate",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_CONTENT))
+def test_wrong_content_is_a_mismatch_naming_the_file(tmp_path: Path, case: str) -> None:
+    payload, match = WRONG_CONTENT[case]
+    path = tmp_path / "wrong.pt"
+    torch.save(payload, path)
+    model = nn.Linear(2, 2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointMismatchError, match=match) as caught:
+        load_checkpoint(path, model=model)
+    assert str(caught.value).startswith(f"checkpoint '{path}' ")
+    assert _same(model.state_dict(), before)
+
+
+def test_wrong_optimizer_and_scheduler_entries_are_mismatches(tmp_path: Path) -> None:
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
+    good = _payload_with(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict())
+    cases = [
+        ({"optimizer": [1]}, "optimizer entry without param_groups"),
+        ({"optimizer": {"state": {}, "param_groups": [{"params": "ab"}]}}, "list of parameter"),
+        (
+            {"optimizer": {"state": {7: {}}, "param_groups": [{"params": [0, 1], "lr": 0.1}]}},
+            "state for parameter id 7, which no group lists",
+        ),
+        (
+            {"optimizer": {"state": {0: [1]}, "param_groups": [{"params": [0, 1], "lr": 0.1}]}},
+            "state for parameter 0 that is not a dict",
+        ),
+        (
+            {"optimizer": {"state": {}, "param_groups": [{"params": [0, 0], "lr": 0.1}]}},
+            "repeat a parameter id",
+        ),
+        (
+            {
+                "optimizer": {
+                    **good["optimizer"],
+                    "param_groups": [{**good["optimizer"]["param_groups"][0], "lr": "fast"}],
+                }
+            },
+            r"param_groups\[0\]\['lr'\] is 'fast' in the file, 0\.1 here",
+        ),
+        ({"scheduler": "steps"}, "scheduler entry that is 'steps', not a state_dict"),
+    ]
+    for change, match in cases:
+        path = tmp_path / "c.pt"
+        torch.save({**good, **change}, path)
+        with pytest.raises(CheckpointMismatchError, match=match):
+            load_checkpoint(path, model=model, optimizer=optimizer, scheduler=scheduler, rng=False)
+
+
+def test_a_lazy_model_is_materialised_from_the_checkpoint(tmp_path: Path) -> None:
+    saved = nn.Linear(3, 2)
+    path = save_checkpoint(tmp_path / "c.pt", model=saved, rng=False)
+    lazy = nn.LazyLinear(2)
+    load_checkpoint(path, model=lazy, rng=False)
+    assert torch.equal(lazy.weight, saved.weight)
+
+
+# --------------------------------------------------------------- map_location first (5)
+
+
+@pytest.mark.parametrize(
+    ("map_location", "error", "match"),
+    [
+        (
+            "gpu",
+            ValueError,
+            r"map_location must name a device such as 'cpu' or 'cuda:0', got 'gpu'",
+        ),
+        ("cpu:1", ValueError, r"map_location 'cpu:1' names CPU 1, but there is one CPU device"),
+        ("meta", ValueError, r"map_location 'meta': meta tensors hold no data"),
+        (3, TypeError, r"map_location must be a str or torch\.device, got int: 3"),
+        ("xla", RuntimeError, r"map_location 'xla' names a xla device, which is not available"),
+    ],
+)
+def test_a_bad_map_location_is_named_and_the_file_is_not_called_corrupt(
+    saved: Path, map_location: Any, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match) as caught:
+        load_checkpoint(saved, model=nn.Linear(64, 64), map_location=map_location)
+    assert not isinstance(caught.value, CheckpointError)
+
+
+def test_map_location_cuda_loads_on_a_gpu_and_is_refused_without_one(saved: Path) -> None:
+    model = nn.Linear(64, 64)
+    expected = torch.load(saved, weights_only=True)["model"]
+    if torch.cuda.is_available():
+        assert load_checkpoint(saved, model=model, map_location="cuda") == {"step": 1}
+        assert torch.equal(model.weight, expected["weight"])
+        index = torch.cuda.device_count()
+        with pytest.raises(RuntimeError, match=rf"names cuda device {index}, but this machine"):
+            load_checkpoint(saved, model=model, map_location=f"cuda:{index}")
+    else:
+        with pytest.raises(RuntimeError, match=r"'cuda' names a cuda device, which is not avail"):
+            load_checkpoint(saved, model=model, map_location="cuda")
+    # "cpu:0" is the CPU, though torch.load itself refuses the spelling.
+    assert load_checkpoint(saved, model=model, map_location="cpu:0") == {"step": 1}
+    assert load_checkpoint(saved, model=model, map_location=torch.device("cpu")) == {"step": 1}
+    assert torch.equal(model.weight, expected["weight"])
+
+
+# ---------------------------------------------------------------- failed saves (10)
+
+
+def _fill_until_full(path: Path, size: int) -> dict[str, Any]:
+    """In a forked child: save a checkpoint under a file size limit of ``size`` bytes."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel kills the writer
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    torch.manual_seed(1)
+    save_checkpoint(path, model=nn.Linear(256, 256), rng=False)  # about 260 kB
+    return {}
+
+
+@pytest.mark.skipif(os.name != "posix", reason="RLIMIT_FSIZE and fork are POSIX")
+@pytest.mark.parametrize("limit", [1_000, 100_000])  # in the pickle, in the tensor data
+def test_a_file_size_limit_is_an_efbig_error_naming_the_path(tmp_path: Path, limit: int) -> None:
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, model=nn.Linear(2, 2), rng=False)
+    before = path.read_bytes()
+    kind, detail = forked(lambda: _fill_until_full(path, limit))
+    assert kind == "raised", (kind, detail)
+    name, message, number = detail
+    assert (name, number) == ("OSError", errno.EFBIG), detail
+    assert message.startswith(f"[Errno {errno.EFBIG}] could not write '{path}': File too large")
+    assert "a file size limit was reached" in message
+    assert f"'{path}' is unchanged" in message
+    assert path.read_bytes() == before
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_full_disk_inside_torch_save_is_an_enospc_error_naming_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No real full disk here (no tmpfs without root mounts); the write fails inside
+    # torch's zip writer, as a full disk makes it (RLIMIT_FSIZE above is the real thing).
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, model=nn.Linear(2, 2), rng=False)
+    before = path.read_bytes()
+    real_save = torch.save
+
+    class Full:
+        def __init__(self, file: Any) -> None:
+            self.file, self.written = file, 0
+
+        def write(self, data: Any) -> int:
+            if self.written + len(data) > 5_000:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.written += len(data)
+            return int(self.file.write(data))
+
+        def flush(self) -> None:
+            self.file.flush()
+
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: real_save(obj, Full(f), *a, **k))
+    with pytest.raises(
+        OSError,
+        match=r"could not write '.*ckpt\.pt': No space left on device \(ENOSPC: the device is full\)",
+    ) as caught:
+        save_checkpoint(path, model=nn.Linear(64, 64), rng=False)
+    assert caught.value.errno == errno.ENOSPC
+    assert "enforce fail" not in str(caught.value)
+    assert path.read_bytes() == before
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_read_only_directory_is_a_permission_error_naming_the_path(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = save_checkpoint(folder / "ckpt.pt", model=nn.Linear(2, 2), rng=False)
+    before = path.read_bytes()
+    folder.chmod(0o555)
+    try:
+        if not permissions_enforced(folder):
+            pytest.skip("file permissions are not enforced here even without CAP_DAC_OVERRIDE")
+
+        def save() -> None:
+            drop_file_capabilities()  # root is refused too
+            save_checkpoint(path, model=nn.Linear(2, 2), rng=False)
+
+        kind, (name, message, number) = forked(save)
+        # Reading needs no write permission: load is refused nothing.
+        assert load_checkpoint(path, model=nn.Linear(2, 2), rng=False) == {}
+    finally:
+        folder.chmod(0o755)
+    assert (kind, name, number) == ("raised", "PermissionError", errno.EACCES)
+    assert f"could not write '{path}': Permission denied (EACCES" in message
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt.pt"]
+
+
+# ------------------------------------------------------------------- more hostile input
+
+
+def test_meta_tensors_are_refused_on_save_and_on_load(tmp_path: Path) -> None:
+    with torch.device("meta"):
+        shapes_only = nn.Linear(2, 2)
+    with pytest.raises(ValueError, match=r"model must hold data to save, but its weight, bias"):
+        save_checkpoint(tmp_path / "c.pt", model=shapes_only)
+    assert list(tmp_path.iterdir()) == []
+    path = tmp_path / "meta.pt"
+    torch.save(_payload_with(model=shapes_only.state_dict()), path)  # torch.save allows it
+    model = nn.Linear(2, 2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointMismatchError, match="weight: a meta tensor"):
+        load_checkpoint(path, model=model)
+    assert _same(model.state_dict(), before)
+
+
+def test_an_empty_path_is_an_error_naming_it() -> None:
+    for call in (save_checkpoint, load_checkpoint):
+        with pytest.raises(ValueError, match="path must name a file, got an empty path"):
+            call("", model=nn.Linear(2, 2))
+
+
+def _shared_state_checkpoint(path: Path) -> None:
+    """An optimizer state of lists that all hold one list, 100 times, six levels deep:
+    a few hundred bytes of pickle, 100**6 copies for torch's optimizer loader."""
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = optimizer.state_dict()
+    nested: Any = [torch.zeros(1)]
+    for _ in range(6):
+        nested = [nested] * 100
+    state["state"] = {0: {"momentum_buffer": nested}}
+    torch.save(_payload_with(optimizer=state), path)
+
+
+def test_an_optimizer_state_that_would_take_forever_to_copy_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.pt"
+    _shared_state_checkpoint(path)
+    assert path.stat().st_size < 50_000  # with the generators' states
+
+    def load() -> None:
+        model = nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        load_checkpoint(path, model=model, optimizer=optimizer)
+
+    kind, detail = forked(load, timeout=60)
+    assert kind == "raised", (kind, detail)
+    assert detail[0] == "CheckpointMismatchError"
+    assert "state for parameter 0 that holds the same container twice" in detail[1]
+
+    deep: Any = torch.zeros(1)
+    for _ in range(20):
+        deep = [deep]
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = optimizer.state_dict()
+    state["state"] = {0: {"momentum_buffer": deep}}
+    torch.save(_payload_with(optimizer=state), path)
+    with pytest.raises(CheckpointMismatchError, match="nested more than 8 deep"):
+        load_checkpoint(path, model=model, optimizer=optimizer)
+
+
+OPTIMIZERS = {
+    "SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    "Adam": lambda p: torch.optim.Adam(p, lr=0.01, amsgrad=True),
+    "AdamW": lambda p: torch.optim.AdamW(p, lr=0.01),
+    "RMSprop": lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
+    "Adagrad": lambda p: torch.optim.Adagrad(p),
+    "Adadelta": lambda p: torch.optim.Adadelta(p),
+    "Adamax": lambda p: torch.optim.Adamax(p),
+    "NAdam": lambda p: torch.optim.NAdam(p),
+    "RAdam": lambda p: torch.optim.RAdam(p),
+    "ASGD": lambda p: torch.optim.ASGD(p),
+    "Rprop": lambda p: torch.optim.Rprop(p),
+    "LBFGS": lambda p: torch.optim.LBFGS(p),
+}
+_lr = torch.optim.lr_scheduler
+SCHEDULERS = {
+    "StepLR": lambda o: _lr.StepLR(o, 2),
+    "MultiStepLR": lambda o: _lr.MultiStepLR(o, [1, 3]),
+    "LambdaLR": lambda o: _lr.LambdaLR(o, lambda e: 0.9**e),
+    "ConstantLR": lambda o: _lr.ConstantLR(o),
+    "LinearLR": lambda o: _lr.LinearLR(o),
+    "SequentialLR": lambda o: _lr.SequentialLR(
+        o, [_lr.ConstantLR(o), _lr.ExponentialLR(o, 0.9)], [2]
+    ),
+    "PolynomialLR": lambda o: _lr.PolynomialLR(o),
+    "CosineAnnealingLR": lambda o: _lr.CosineAnnealingLR(o, 10),
+    "ChainedScheduler": lambda o: _lr.ChainedScheduler(
+        [_lr.ConstantLR(o), _lr.ExponentialLR(o, 0.9)]
+    ),
+    "ReduceLROnPlateau": lambda o: _lr.ReduceLROnPlateau(o),
+    "CyclicLR": lambda o: _lr.CyclicLR(o, 0.01, 0.1, cycle_momentum=False),
+    "CosineAnnealingWarmRestarts": lambda o: _lr.CosineAnnealingWarmRestarts(o, 3),
+    "OneCycleLR": lambda o: _lr.OneCycleLR(o, 0.1, total_steps=20, cycle_momentum=False),
+}
+
+
+@pytest.mark.parametrize(
+    ("optimizer_name", "scheduler_name"),
+    [(name, "StepLR") for name in OPTIMIZERS] + [("SGD", name) for name in SCHEDULERS],
+)
+def test_the_checks_accept_every_torch_optimizer_and_scheduler(
+    tmp_path: Path, optimizer_name: str, scheduler_name: str
+) -> None:
+    # The fit checks must not refuse a real checkpoint: each kind round-trips exactly.
+    def run(seed: int) -> tuple[nn.Module, Any, Any]:
+        torch.manual_seed(seed)
+        model = nn.Linear(3, 2)
+        optimizer = OPTIMIZERS[optimizer_name](model.parameters())
+        return model, optimizer, SCHEDULERS[scheduler_name](optimizer)
+
+    model, optimizer, scheduler = run(0)
+    for _ in range(3):
+
+        def closure() -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = model(torch.randn(4, 3)).pow(2).mean()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        scheduler.step(1.0) if scheduler_name == "ReduceLROnPlateau" else scheduler.step()
+    path = save_checkpoint(tmp_path / "c.pt", model=model, optimizer=optimizer, scheduler=scheduler)
+    fresh = run(1)
+    load_checkpoint(path, model=fresh[0], optimizer=fresh[1], scheduler=fresh[2])
+    assert _same(fresh[0].state_dict(), model.state_dict())
+    assert _same(fresh[1].state_dict(), optimizer.state_dict())
+    assert _same(fresh[2].state_dict(), scheduler.state_dict())
