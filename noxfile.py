@@ -89,7 +89,7 @@ def tests(session: nox.Session) -> None:
     _env(session)
     paths = session.posargs if any(Path(a).exists() for a in session.posargs) else []
     session.run(
-        "python", "-m", "pytest", "--doctest-modules", "--ignore=tests/site",
+        "python", "-m", "pytest", "--doctest-modules", "--ignore=tests/site", "--ignore=tests/lab",
         *(paths or ["pytorch_memo", "memobook", "tests", *session.posargs]),
     )  # fmt: skip
 
@@ -159,14 +159,26 @@ def chapter(session: nox.Session) -> None:
     session.run("python", "-m", "memobook.scaffold", *session.posargs)
 
 
-@nox.session
-def lab(session: nox.Session) -> None:
-    """Open JupyterLab on book/ in the book's environment."""
+def _lab(session: nox.Session) -> None:
     _env(session)
     if shutil.which("jupyter-lab", path=session.env["PATH"]) is None:
         session.run("python", "-m", "pip", "install", "-q", "--group=lab")
+
+
+@nox.session
+def lab(session: nox.Session) -> None:
+    """Open JupyterLab on book/ in the book's environment."""
+    _lab(session)
     as_root = ["--allow-root"] if hasattr(os, "getuid") and os.getuid() == 0 else []
     session.run("jupyter-lab", "book", *as_root, *session.posargs)
+
+
+@nox.session(name="lab-check", default=False)
+def lab_check(session: nox.Session) -> None:
+    """JupyterLab as readers use it: chapters open unmodified and Run All passes (Chromium)."""
+    _chromium(session, "the JupyterLab check")
+    _lab(session)
+    session.run("python", "-m", "pytest", "tests/lab", *session.posargs)
 
 
 @nox.session

@@ -43,6 +43,7 @@ ENVS = memobook.ROOT / ".nox" / "matrix"
 UNIT_ARGS = (
     "--doctest-modules",
     "--ignore=tests/site",
+    "--ignore=tests/lab",
     "--ignore=tests/test_scaffold.py",
     "-m",
     "not pinned_stack",
