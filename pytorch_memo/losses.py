@@ -20,7 +20,14 @@ from pytorch_memo._checks import check_int, check_tensor
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["FrequencyCheck", "check_frequencies", "cross_entropy_by_hand", "plot_distributions"]
+__all__ = [
+    "FrequencyCheck",
+    "check_frequencies",
+    "cross_entropy_by_hand",
+    "keep_top_k",
+    "keep_top_p",
+    "plot_distributions",
+]
 
 Reduction = Literal["mean", "sum", "none"]
 
@@ -248,3 +255,95 @@ def plot_distributions(
         ax.set_title(title)
     ax.set_ylim(0, max(1e-9, math.ceil(max(float(p.max()) for p in rows.values()) * 10) / 10))
     return ax
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    check_tensor("logits", logits)
+    if logits.dim() == 0 or logits.shape[-1] == 0 or not logits.is_floating_point():
+        msg = (
+            "logits must be a floating-point tensor with candidates in its last dimension, "
+            f"got {logits.dtype} of shape {tuple(logits.shape)}"
+        )
+        raise ValueError(msg)
+
+
+def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-k filtering: keep the ``k`` largest logits of the last dimension, others -inf.
+
+    Exactly ``k`` candidates are kept in every row, even when logits tie at the border
+    (``torch.topk`` chooses among the tied ones); ``softmax`` of the result then puts
+    probability 0 on every other candidate, so sampling never draws them.
+
+    Args:
+        logits: floating-point logits, candidates in the last dimension.
+        k: how many to keep, from 1 to ``logits.shape[-1]``.
+
+    Returns:
+        A new tensor like ``logits`` with ``-inf`` outside the ``k`` kept candidates.
+
+    Raises:
+        TypeError: ``logits`` is not a tensor, or ``k`` not an int.
+        ValueError: ``logits`` is not floating point with a non-empty last dimension,
+            or ``k`` is outside ``[1, logits.shape[-1]]``.
+
+    Used by the chapter *Losses and sampling*.
+
+    Example:
+        >>> import torch
+        >>> keep_top_k(torch.tensor([1.0, 3.0, 2.0, 0.0]), 2)
+        tensor([-inf, 3., 2., -inf])
+    """
+    _check_logits(logits)
+    check_int("k", k, minimum=1)
+    if k > logits.shape[-1]:
+        msg = f"k must be at most the number of candidates ({logits.shape[-1]}), got {k}"
+        raise ValueError(msg)
+    kept = torch.zeros_like(logits, dtype=torch.bool)
+    kept.scatter_(-1, logits.topk(k, dim=-1).indices, True)
+    return logits.masked_fill(~kept, float("-inf"))
+
+
+def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Top-p (nucleus) filtering: keep the smallest set of most likely candidates whose
+    probabilities sum to at least ``p``; the others become -inf.
+
+    Candidates are taken in order of decreasing probability (``softmax`` over the last
+    dimension) until their sum reaches ``p``: a candidate is kept when the probability
+    of the candidates before it is still below ``p``. The most likely candidate is
+    always kept, and ``p=1`` keeps every candidate.
+
+    Args:
+        logits: floating-point logits, candidates in the last dimension.
+        p: the probability mass to cover, in ``(0, 1]``.
+
+    Returns:
+        A new tensor like ``logits`` with ``-inf`` outside the kept candidates.
+
+    Raises:
+        TypeError: ``logits`` is not a tensor, or ``p`` not a number.
+        ValueError: ``logits`` is not floating point with a non-empty last dimension,
+            or ``p`` is outside ``(0, 1]``.
+
+    Used by the chapter *Losses and sampling*.
+
+    Example:
+        >>> import torch
+        >>> probs = torch.tensor([0.5, 0.1, 0.3, 0.1])
+        >>> keep_top_p(probs.log(), 0.75).exp()  # 0.5 is short of 0.75, 0.5 + 0.3 is not
+        tensor([0.5000, 0.0000, 0.3000, 0.0000])
+    """
+    _check_logits(logits)
+    if isinstance(p, bool) or not isinstance(p, int | float):
+        msg = f"p must be a number in (0, 1], got {type(p).__name__}: {p!r}"
+        raise TypeError(msg)
+    if not 0 < p <= 1:  # also refuses NaN
+        msg = f"p must be in (0, 1], got {p}"
+        raise ValueError(msg)
+    if p == 1:
+        return logits.clone()
+    probs, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True, stable=True)
+    total = probs.cumsum(-1)
+    before = torch.cat([torch.zeros_like(total[..., :1]), total[..., :-1]], dim=-1)
+    kept = torch.zeros_like(logits, dtype=torch.bool)
+    kept.scatter_(-1, order, before < p)
+    return logits.masked_fill(~kept, float("-inf"))

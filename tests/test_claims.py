@@ -100,14 +100,12 @@ NOT_YET_AUDITED = {
     "creation",
     "views",
     "broadcasting",
-    "indexing",
     "autograd",
     "buffers",
     "saving",
     "profiling",
     "extensions",
     "devices",
-    "losses",
 }
 
 

@@ -13,7 +13,13 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytorch_memo.losses import check_frequencies, cross_entropy_by_hand, plot_distributions
+from pytorch_memo.losses import (
+    check_frequencies,
+    cross_entropy_by_hand,
+    keep_top_k,
+    keep_top_p,
+    plot_distributions,
+)
 
 
 @st.composite
@@ -167,3 +173,110 @@ def test_plot_distributions_draws_one_bar_per_class_and_row() -> None:
 def test_plot_distributions_bad_input(rows: dict[str, torch.Tensor], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         plot_distributions(rows)
+
+
+# ----------------------------------------------------------------- top-k and top-p filtering
+
+finite_logits = st.tuples(
+    st.integers(0, 2), st.integers(1, 8), st.integers(0, 2**16), st.sampled_from([0.5, 1, 4])
+).map(
+    lambda a: (
+        torch.randn(
+            (a[0] + 1, a[1]), generator=torch.Generator().manual_seed(a[2]), dtype=torch.float64
+        )
+        * a[3]
+    )
+)
+
+
+@given(finite_logits, st.data())
+def test_top_k_keeps_exactly_the_k_largest(logits: torch.Tensor, data: st.DataObject) -> None:
+    k = data.draw(st.integers(1, logits.shape[-1]))
+    out = keep_top_k(logits, k)
+    kept = out.isfinite()
+    assert (kept.sum(-1) == k).all()
+    assert torch.equal(out[kept], logits[kept])  # kept logits are unchanged
+    for row, mask in zip(logits, kept, strict=True):
+        if not mask.all():
+            assert row[mask].min() >= row[~mask].max()  # nothing removed beats a kept one
+    torch.testing.assert_close(
+        out.sort(-1, descending=True).values[:, :k], logits.topk(k, -1).values
+    )
+
+
+def test_top_k_keeps_exactly_k_among_ties() -> None:
+    out = keep_top_k(torch.tensor([[1.0, 1.0, 1.0, 0.0]]), 2)
+    assert out.isfinite().sum().item() == 2
+    assert (out[out.isfinite()] == 1.0).all()
+
+
+def _nucleus_by_hand(probs: list[float], p: float) -> set[int]:
+    """The most likely candidates, in order, until their running sum reaches p."""
+    order = sorted(range(len(probs)), key=lambda i: -probs[i])
+    kept, total = set(), 0.0
+    for i in order:
+        if total >= p:
+            break
+        kept.add(i)
+        total += probs[i]
+    return kept
+
+
+@given(finite_logits, st.floats(0.01, 1.0))
+def test_top_p_keeps_the_smallest_set_that_reaches_p(logits: torch.Tensor, p: float) -> None:
+    out = keep_top_p(logits, p)
+    kept = out.isfinite()
+    probs = torch.softmax(logits, -1)
+    assert torch.equal(out[kept], logits[kept])
+    for row, mask in zip(probs, kept, strict=True):
+        mass = row[mask].sum().item()
+        assert mass >= p - 1e-9  # the kept set reaches p ...
+        assert mass - row[mask].min().item() < p + 1e-9  # ... and one fewer would not
+        if not mask.all():
+            assert row[mask].min() >= row[~mask].max()  # the most likely ones
+        by_hand = _nucleus_by_hand(row.tolist(), p)
+        if all(abs(m - p) > 1e-9 for m in torch.cumsum(row.sort(descending=True).values, 0)):
+            assert set(mask.nonzero().flatten().tolist()) == by_hand  # away from ties with p
+
+
+def test_top_p_examples() -> None:
+    logits = torch.tensor([0.5, 0.1, 0.3, 0.1]).log()
+    assert keep_top_p(logits, 0.4).isfinite().tolist() == [True, False, False, False]
+    assert keep_top_p(logits, 0.75).isfinite().tolist() == [True, False, True, False]
+    assert keep_top_p(logits, 1.0).isfinite().all()
+    assert keep_top_p(logits, 1e-6).isfinite().sum() == 1  # the most likely, always
+
+
+def test_filtered_candidates_are_never_sampled() -> None:
+    logits = torch.tensor([2.0, 1.5, 0.0, -1.0, -3.0])
+    nucleus = _nucleus_by_hand(torch.softmax(logits, -1).tolist(), 0.8)
+    assert nucleus == {0, 1}  # 0.55 + 0.33 reaches 0.8
+    gen = torch.Generator().manual_seed(0)
+    for filtered in (keep_top_k(logits, 3), keep_top_p(logits, 0.8)):
+        allowed = set(filtered.isfinite().nonzero().flatten().tolist())
+        probs = torch.softmax(filtered, -1)
+        draws = torch.multinomial(probs, 2000, replacement=True, generator=gen)
+        assert set(draws.tolist()) == allowed  # every kept one drawn, no other
+    assert set(keep_top_k(logits, 3).isfinite().nonzero().flatten().tolist()) == {0, 1, 2}
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: keep_top_k([1.0], 1), TypeError, "logits must be a torch.Tensor"),
+        (lambda: keep_top_k(torch.tensor([1, 2]), 1), ValueError, "logits must be a floating-point tensor .* got torch.int64"),
+        (lambda: keep_top_k(torch.tensor(1.0), 1), ValueError, r"shape \(\)"),
+        (lambda: keep_top_k(torch.zeros(2, 0), 1), ValueError, r"shape \(2, 0\)"),
+        (lambda: keep_top_k(torch.zeros(3), 0), ValueError, "k must be >= 1, got 0"),
+        (lambda: keep_top_k(torch.zeros(3), 4), ValueError, r"k must be at most the number of candidates \(3\), got 4"),
+        (lambda: keep_top_k(torch.zeros(3), 1.0), TypeError, "k must be an int"),
+        (lambda: keep_top_p(torch.zeros(3), 0), ValueError, r"p must be in \(0, 1\], got 0"),
+        (lambda: keep_top_p(torch.zeros(3), 1.5), ValueError, r"p must be in \(0, 1\], got 1.5"),
+        (lambda: keep_top_p(torch.zeros(3), float("nan")), ValueError, r"p must be in \(0, 1\], got nan"),
+        (lambda: keep_top_p(torch.zeros(3), "0.9"), TypeError, "p must be a number"),
+        (lambda: keep_top_p(torch.zeros(3, dtype=torch.int64), 0.9), ValueError, "floating-point"),
+    ],
+)  # fmt: skip
+def test_top_k_top_p_bad_input(call: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        call()  # type: ignore[operator]
