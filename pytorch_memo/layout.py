@@ -6,13 +6,13 @@ Used by the chapters *Creating tensors* and *Views, strides and storage*.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytorch_memo._checks import check_int, check_tensor
+from pytorch_memo._checks import check_int, check_tensor, check_type
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -22,6 +22,7 @@ __all__ = [
     "StorageMap",
     "element_offsets",
     "plot_storage",
+    "plot_values",
     "plot_view",
     "required_storage",
     "shares_memory",
@@ -483,3 +484,99 @@ def plot_view(tensor: torch.Tensor, *, title: str | None = None) -> Figure:
     grid.set_zorder(2)  # its cells hide the links' first stretch
     fig.suptitle(title or f"shape {shape}, stride {tensor.stride()}", fontsize=9, x=0.02, ha="left")
     return fig
+
+
+def _cell_text(value: float | bool) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def plot_values(
+    rows: Mapping[str, torch.Tensor | Sequence[float]],
+    *,
+    marked: Mapping[str, torch.Tensor | Sequence[bool]] | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """Draw named rows of numbers as strips of labelled cells, one column per position.
+
+    Made to compare a storage before and after an operation, cell by cell (the position
+    is the storage position when the rows are storages). Rows are drawn top to bottom in
+    the order given; each cell shows its value (``5`` for ``5.0``).
+
+    Args:
+        rows: the name of each row and its values, 1-D, all of the same length (at most
+            256).
+        marked: for some rows (by name), a boolean mask of the cells to mark: they are
+            filled in a warm colour, the others in a light one.
+        ax: the matplotlib axes to draw on; a new figure by default.
+        title: the axes' title.
+
+    Returns:
+        The axes drawn on; its y tick labels are the rows' names.
+
+    Raises:
+        TypeError: ``rows`` or ``marked`` is not a mapping.
+        ValueError: no rows; a row or mask that is not 1-D, longer than 256 or of
+            another length than the first row; a mask for a row not in ``rows``.
+
+    Example:
+        >>> import torch
+        >>> ax = plot_values(
+        ...     {"before": torch.arange(3.0), "after": [1.0, 3.0, 3.0]},
+        ...     marked={"after": [False, True, False]},
+        ... )
+        >>> [t.get_text() for t in ax.texts]  # row by row
+        ['0', '1', '2', '1', '3', '3']
+
+    Used by the chapter *Views, strides and storage*.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    check_type("rows", rows, Mapping, "a mapping of names to 1-D values")
+    if marked is not None:
+        check_type("marked", marked, Mapping, "a mapping of row names to masks")
+    if not rows:
+        msg = "rows must name at least one row, got an empty mapping"
+        raise ValueError(msg)
+    values = {name: torch.as_tensor(row) for name, row in rows.items()}
+    masks = {name: torch.as_tensor(mask) for name, mask in (marked or {}).items()}
+    length = next(iter(values.values())).numel()
+    for what, named in (("rows", values), ("marked", masks)):
+        for name, row in named.items():
+            if row.dim() != 1 or row.numel() != length or length > MAX_PLOTTED:
+                msg = (
+                    f"{what}[{name!r}] must be 1-D with {length} values (the first row's "
+                    f"length, at most {MAX_PLOTTED}), got shape {tuple(row.shape)}"
+                )
+                raise ValueError(msg)
+    unknown = sorted(set(masks) - set(values))
+    if unknown:
+        msg = f"marked names rows that are not in rows: {unknown}; rows are {list(values)}"
+        raise ValueError(msg)
+    if ax is None:
+        width = min(0.45 * max(length, 4) + 1.6, 14)
+        _, ax = plt.subplots(figsize=(width, 0.35 * len(values) + 0.6))
+    names = list(values)
+    for r, name in enumerate(names):
+        y = len(names) - 1 - r
+        mask = masks.get(name)
+        for col, value in enumerate(values[name].tolist()):
+            warm = mask is not None and bool(mask[col])
+            face = "#f4a582" if warm else "#e8eef4"
+            ax.add_patch(Rectangle((col, y), 1, 1, facecolor=face, edgecolor="0.4"))
+            ax.text(col + 0.5, y + 0.5, _cell_text(value), ha="center", va="center", fontsize=8)
+    ax.set_xlim(0, max(length, 1))
+    ax.set_ylim(0, len(names))
+    ax.set_yticks([len(names) - 1 - r + 0.5 for r in range(len(names))], names, fontsize=8)
+    ax.set_xticks([c + 0.5 for c in range(length)], [str(c) for c in range(length)], fontsize=6)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    if title is not None:
+        ax.set_title(title, fontsize=9, loc="left")
+    return ax

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pytorch_memo.layout import (
     element_offsets,
     plot_storage,
+    plot_values,
     plot_view,
     required_storage,
     shares_memory,
@@ -306,3 +307,65 @@ def test_plot_view_rows_are_named_by_their_index() -> None:
 def test_plot_view_rejects_large_tensors(tensor: torch.Tensor, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         plot_view(tensor)
+
+
+# ---- plot_values: rows of numbers, cell by cell ----
+
+
+@pytest.mark.usefixtures("close_figures")
+def test_plot_values_draws_every_value_in_its_row_and_column() -> None:
+    # The chapter's case: a storage before and after add_(1) through overlapping windows.
+    base = torch.arange(8.0)
+    windows = base.unfold(0, 3, 2)
+    before = base.clone()
+    windows.add_(1)
+    rows = {"before": before, "uses": storage_map(windows).uses, "after": base}
+    ax = plot_values(rows, marked={"after": base != before + 1})
+    cells = {
+        (round(t.get_position()[1] - 0.5), round(t.get_position()[0] - 0.5)): t.get_text()
+        for t in ax.texts
+    }
+    for r, row in enumerate(rows.values()):
+        y = len(rows) - 1 - r
+        assert [cells[y, c] for c in range(8)] == [str(int(v)) for v in row.tolist()]
+    names = {round(t.get_position()[1] - 0.5): t.get_text() for t in ax.get_yticklabels()}
+    assert names == {2: "before", 1: "uses", 0: "after"}  # top to bottom, in order
+    faces = {(round(p.get_y()), round(p.get_x())): p.get_facecolor() for p in ax.patches}
+    warm = {c for c in range(8) if faces[0, c] != faces[1, c]}
+    assert warm == {int(i) for i in (base != before + 1).nonzero().flatten()}
+
+
+@pytest.mark.usefixtures("close_figures")
+def test_plot_values_labels_non_integer_values() -> None:
+    ax = plot_values({"x": [0.5, 2.0, True]})
+    assert [t.get_text() for t in ax.texts] == ["0.5", "2", "1"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"rows": {}}, ValueError, "at least one row"),
+        ({"rows": [1, 2]}, TypeError, "rows must be a mapping .* got list"),
+        ({"rows": {"a": [1]}, "marked": [True]}, TypeError, "marked must be a mapping"),
+        (
+            {"rows": {"a": [1, 2], "b": [1]}},
+            ValueError,
+            r"rows\['b'\] must be 1-D with 2 values .* got shape \(1,\)",
+        ),
+        ({"rows": {"a": torch.zeros(2, 2)}}, ValueError, r"rows\['a'\] must be 1-D"),
+        ({"rows": {"a": torch.zeros(300)}}, ValueError, "at most 256"),
+        (
+            {"rows": {"a": [1, 2]}, "marked": {"a": [True]}},
+            ValueError,
+            r"marked\['a'\] must be 1-D with 2 values",
+        ),
+        (
+            {"rows": {"a": [1]}, "marked": {"b": [True]}},
+            ValueError,
+            r"marked names rows that are not in rows: \['b'\]",
+        ),
+    ],
+)
+def test_plot_values_rejects_bad_input(kwargs: dict[str, object], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        plot_values(**kwargs)  # type: ignore[arg-type]
