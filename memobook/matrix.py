@@ -15,7 +15,9 @@ this release's own (``PIP_CONSTRAINT``). Then, in that environment:
 - the unit tests, less those about the pinned stack itself (marker ``pinned_stack``) and
   the scaffold's (a copy of the repository, unrelated to torch's release);
 - every chapter in lax nbval: the cells' own checks (asserts, raises), not their stored
-  outputs, which come from the pin.
+  outputs, which come from the pin. The chapters run from a temporary folder outside the
+  checkout, against the installed package, as on Colab: a chapter that assumes it runs
+  inside the repository, or from ``book/``, fails here.
 
 The outcomes are written to ``book/_data/matrix.json`` (:class:`~memobook.record.MatrixRecord`);
 the status page shows chapter x release. The exit status is 1 when anything failed, so
@@ -28,6 +30,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -124,12 +127,14 @@ def _versions(python: Path) -> tuple[str, str, str]:
     return torch.split("+")[0], vision.split("+")[0], py
 
 
-def _pytest(python: Path, args: list[str], outcomes: Path) -> dict[str, str]:
+def _pytest(
+    python: Path, args: list[str], outcomes: Path, *, cwd: Path = memobook.ROOT
+) -> dict[str, str]:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)  # the package comes from the environment, as installed
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", memobook.PLUGIN,
                f"--memo-outcomes={outcomes}", *args]  # fmt: skip
-    subprocess.run(command, cwd=memobook.ROOT, env=env, check=False)
+    subprocess.run(command, cwd=cwd, env=env, check=False)
     if not outcomes.exists():
         msg = f"pytest wrote no outcomes ({' '.join(command)}): it could not start"
         raise RuntimeError(msg)
@@ -145,18 +150,35 @@ def _outcome(results: dict[str, str]) -> Outcome:
     return Outcome(count("passed"), count("failed"), count("skipped"), count("error"), failures)
 
 
+def _outside_the_checkout(folder: Path, paths: list[str]) -> Path:
+    """A folder outside the checkout holding copies of the chapters (same relative paths)
+    and of the book's pytest plugin; nothing of the package itself, which the kernel
+    imports from the environment, installed as readers install it."""
+    shutil.copytree(
+        Path(memobook.__file__).parent,
+        folder / "memobook",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for path in paths:
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(memobook.ROOT / path, folder / path)
+    return folder
+
+
 def check(release: Release) -> MatrixRun:
     """Build the environment of ``release`` and run the unit tests and lax nbval there."""
     python = build(release)
     torch, vision, py = _versions(python)
     print(f"== torch {torch}, torchvision {vision}, Python {py}", flush=True)
+    paths = memobook.chapter_paths()
     with tempfile.TemporaryDirectory() as folder:
         unit = _pytest(python, list(UNIT_ARGS), Path(folder) / "unit.json")
-        paths = memobook.chapter_paths()
+        outside = _outside_the_checkout(Path(folder) / "reader", paths)
         lax = _pytest(
             python,
             ["--nbval-lax", *memobook.NBVAL_OPTIONS, *memobook.NBVAL_WORKERS, *paths],
             Path(folder) / "lax.json",
+            cwd=outside,
         )
     chapters = {}
     for path in paths:
