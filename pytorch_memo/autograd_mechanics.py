@@ -1,0 +1,179 @@
+"""What autograd keeps for backward: the tensors it saves, counted in bytes.
+
+Used by the chapter *Autograd mechanics*: :func:`record_saved_tensors` watches every
+tensor autograd saves while a block runs (through
+``torch.autograd.graph.saved_tensors_hooks``) and adds up the memory they keep alive,
+which is what activation checkpointing reduces.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from pytorch_memo._checks import _shown
+
+__all__ = ["SavedTensor", "SavedTensors", "record_saved_tensors"]
+
+_StorageKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One tensor autograd saved for backward, as :func:`record_saved_tensors` saw it.
+
+    Attributes:
+        shape: the saved tensor's shape.
+        dtype: its dtype.
+        device: its device.
+        nbytes: the bytes of its whole storage (a saved view keeps its base alive), or
+            ``None`` where there is no storage to measure (sparse, meta, or tensor
+            subclasses without one).
+        counted: whether its storage adds to :attr:`SavedTensors.nbytes`: ``False``
+            when an earlier saved tensor that is still saved holds the same storage, or
+            when the storage is one of ``ignore``.
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    nbytes: int | None
+    counted: bool
+
+
+@dataclass
+class SavedTensors:
+    """What autograd saved while a :func:`record_saved_tensors` block ran.
+
+    Attributes:
+        records: one :class:`SavedTensor` per tensor saved, in the order saved.
+        unpacked: how many times backward (or ``grad_fn._saved_*``) read a saved tensor
+            back while the block ran.
+    """
+
+    records: list[SavedTensor] = field(default_factory=list)
+    unpacked: int = 0
+
+    @property
+    def count(self) -> int:
+        """How many tensors autograd saved (a tensor saved twice counts twice)."""
+        return len(self.records)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the distinct storages saved, without those of ``ignore``.
+
+        Raises:
+            ValueError: a saved tensor has no storage whose bytes can be counted.
+        """
+        total = 0
+        for index, record in enumerate(self.records):
+            if record.nbytes is None:
+                msg = (
+                    f"saved tensor {index} (shape {record.shape}, {record.dtype} on "
+                    f"{record.device}) has no storage whose bytes can be counted: "
+                    "expected strided tensors with memory (not sparse, not meta)"
+                )
+                raise ValueError(msg)
+            if record.counted:
+                total += record.nbytes
+        return total
+
+    def __repr__(self) -> str:
+        try:
+            size = f"nbytes={self.nbytes}"
+        except ValueError:
+            size = "nbytes=unknown"
+        return f"SavedTensors(count={self.count}, {size}, unpacked={self.unpacked})"
+
+
+def _storage(tensor: torch.Tensor) -> tuple[_StorageKey | None, int | None]:
+    """The storage's identity (device, address) and its bytes; ``None`` where unknown."""
+    if tensor.layout != torch.strided or tensor.device.type == "meta":
+        return None, None
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # e.g. wrapper subclasses
+        return None, None
+    nbytes = storage.nbytes()
+    address = storage.data_ptr()
+    if address == 0:
+        return (None, 0) if nbytes == 0 else (None, None)
+    return (str(tensor.device), address), nbytes
+
+
+def _ignored_keys(ignore: object) -> set[_StorageKey]:
+    if isinstance(ignore, torch.Tensor) or not isinstance(ignore, Iterable):
+        msg = (
+            "ignore must be an iterable of tensors (e.g. model.parameters()), "
+            f"got {type(ignore).__name__}: {_shown(ignore)}"
+        )
+        raise TypeError(msg)
+    keys = set()
+    for index, tensor in enumerate(ignore):
+        if not isinstance(tensor, torch.Tensor):
+            msg = f"ignore[{index}] must be a torch.Tensor, got {type(tensor).__name__}: {_shown(tensor)}"
+            raise TypeError(msg)
+        key, _ = _storage(tensor)
+        if key is not None:
+            keys.add(key)
+    return keys
+
+
+@contextmanager
+def record_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[SavedTensors]:
+    """Record every tensor autograd saves for backward while the block runs.
+
+    A pack hook (``torch.autograd.graph.saved_tensors_hooks``) notes each saved
+    tensor's shape and storage and hands the tensor back unchanged, so autograd keeps
+    exactly what it would have kept; the record holds no reference to it. Storages
+    are told apart by device and address among the tensors still saved, so a storage
+    saved twice counts once, and one freed by a ``backward`` in the block and
+    allocated again counts again. Inside a non-reentrant checkpoint region the
+    checkpoint's own hooks take over and this one sees nothing, which is the point
+    of checkpointing. A Python number that an operation saves as a 0-dim tensor (the
+    ``2`` of ``x * 2``) does not pass through the hooks and is not counted.
+
+    Args:
+        ignore: tensors whose storages not to count, typically ``model.parameters()``
+            (a layer saves its weight, which exists anyway).
+
+    Yields:
+        A :class:`SavedTensors` that fills while the block runs.
+
+    Raises:
+        TypeError: ``ignore`` is not an iterable of tensors.
+
+    Example:
+        >>> x = torch.ones(4, requires_grad=True)  # 16 bytes
+        >>> with record_saved_tensors() as saved:
+        ...     y = x * x  # saves x twice: one storage
+        >>> saved.count, saved.nbytes
+        (2, 16)
+    """
+    ignored = _ignored_keys(ignore)
+    saved = SavedTensors()
+    live: dict[_StorageKey, list[weakref.ref[torch.Tensor]]] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        key, nbytes = _storage(tensor)
+        counted = nbytes is not None and key not in ignored
+        if key is not None:
+            holders = [ref for ref in live.get(key, []) if ref() is not None]
+            counted = counted and not holders
+            live[key] = [*holders, weakref.ref(tensor)]
+        saved.records.append(
+            SavedTensor(tuple(tensor.shape), tensor.dtype, tensor.device, nbytes, counted)
+        )
+        return tensor
+
+    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+        saved.unpacked += 1
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        yield saved
