@@ -106,7 +106,6 @@ NOT_YET_AUDITED = {
     "saving",
     "profiling",
     "extensions",
-    "devices",
     "losses",
 }
 
