@@ -99,7 +99,6 @@ def test_claims_open_their_cell_and_are_sentences() -> None:
 NOT_YET_AUDITED = {
     "profiling",
     "extensions",
-    "devices",
 }
 
 

@@ -1,0 +1,381 @@
+"""Data-parallel training in practice: workers for :func:`~pytorch_memo.distributed.run_workers`.
+
+Used by the chapter *Devices and distributed basics*. Each worker runs inside a joined
+``gloo`` group, on CPU tensors, and returns plain data (tensors, strings, shapes) that
+the chapter checks against plain torch in one process:
+
+- :func:`ddp_broadcast`: ``DistributedDataParallel`` starts every rank from rank 0's
+  weights;
+- :func:`save_on_rank0`: rank 0 saves, ``dist.barrier()``, every rank loads with
+  ``map_location``;
+- :func:`accumulate_no_sync`: gradient accumulation under ``no_sync``, all-reduces
+  counted by a communication hook;
+- :func:`unused_parameter`: what DDP does with a parameter that gets no gradient, with
+  and without ``find_unused_parameters``;
+- :func:`sync_batchnorm_on_cpu`: ``SyncBatchNorm`` given CPU tensors inside a group;
+- :func:`fsdp2_step`: one step of a model sharded with FSDP2's ``fully_shard``;
+- :func:`practice`: all of them, one after the other, in one launch (starting processes
+  is the slow part).
+
+The models and batches are :func:`~pytorch_memo.distributed.make_model` and
+:func:`~pytorch_memo.distributed.make_batch` (float64), so that a rank's result can be
+compared with :func:`~pytorch_memo.distributed.reference_step` or any single-process
+computation to within rounding.
+"""
+
+# No `from __future__ import annotations` here: DDP's register_comm_hook reads the hook's
+# annotations at run time and accepts only the real classes, not strings.
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel
+
+from pytorch_memo._checks import check_int
+from pytorch_memo.distributed import make_batch, make_model
+
+__all__ = [
+    "TwoHeads",
+    "accumulate_no_sync",
+    "ddp_broadcast",
+    "fsdp2_step",
+    "practice",
+    "save_on_rank0",
+    "sync_batchnorm_on_cpu",
+    "unused_parameter",
+]
+
+
+def _parameters(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+def _shard(batch_size: int, parts: int) -> slice:
+    """This rank's contiguous share of a batch that must split evenly into ``parts``."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if batch_size % parts:
+        msg = f"batch_size must be a multiple of {parts} (ranks x micro-batches), got {batch_size}"
+        raise ValueError(msg)
+    size = batch_size // world
+    return slice(rank * size, (rank + 1) * size)
+
+
+def ddp_broadcast() -> dict[str, torch.Tensor]:
+    """Worker: each rank builds a *different* model (seeded by its rank) and wraps it in DDP.
+
+    Returns:
+        The parameters after ``DistributedDataParallel(...)`` was built, by name: rank 0's
+        initial weights on every rank.
+
+    Example:
+        >>> from pytorch_memo.distributed import run_workers
+        >>> first, second = run_workers(ddp_broadcast, world_size=2)
+        >>> all(torch.equal(first[n], second[n]) for n in first)
+        True
+    """
+    model = DistributedDataParallel(make_model(dist.get_rank()))
+    return _parameters(model.module)
+
+
+def save_on_rank0(folder: str, map_location: str = "cpu") -> dict[str, Any]:
+    """Worker: rank 0 saves the model's weights, a barrier, then every rank loads them.
+
+    The file holds ``model.module.state_dict()`` (the wrapped model's keys, without
+    DDP's ``module.`` prefix). ``dist.barrier()`` keeps every rank from reading before
+    rank 0 has written.
+
+    Args:
+        folder: an existing folder that every rank can read (one machine here).
+        map_location: where ``torch.load`` puts the loaded tensors.
+
+    Returns:
+        ``rank``, the keys of the DDP wrapper's own ``state_dict`` (``wrapper_keys``),
+        the ``loaded`` state dict, the ``devices`` it landed on and the model's own
+        ``weights``.
+
+    Example:
+        >>> import tempfile
+        >>> from pytorch_memo.distributed import run_workers
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     ranks = run_workers(save_on_rank0, folder, world_size=2)
+        >>> sorted(ranks[1]["loaded"]) == sorted(ranks[0]["weights"])
+        True
+    """
+    rank = dist.get_rank()
+    model = DistributedDataParallel(make_model(0))
+    path = Path(folder) / "model.pt"
+    if rank == 0:
+        torch.save(model.module.state_dict(), path)
+    dist.barrier()  # no rank goes on before rank 0 has written the file
+    loaded = torch.load(path, map_location=map_location, weights_only=True)
+    return {
+        "rank": rank,
+        "wrapper_keys": list(model.state_dict()),
+        "loaded": loaded,
+        "devices": sorted({str(t.device) for t in loaded.values()}),
+        "weights": _parameters(model.module),
+    }
+
+
+def accumulate_no_sync(seed: int, batch_size: int, micro_batches: int = 2) -> dict[str, Any]:
+    """Worker: accumulate gradients over micro-batches, all-reducing only at the last one.
+
+    Each rank takes its contiguous share of :func:`make_batch` and splits it into
+    ``micro_batches`` equal parts. Every part but the last runs forward and backward
+    under ``model.no_sync()``; each part's mean loss is divided by ``micro_batches``, so
+    the accumulated gradient is that of the rank's whole share, and the final all-reduce
+    makes it the whole batch's. A communication hook counts DDP's all-reduces.
+
+    Args:
+        seed: seeds the model and the batch.
+        batch_size: the global batch; a multiple of ranks x ``micro_batches``.
+        micro_batches: parts per rank, at least 2.
+
+    Returns:
+        ``rank``; ``local_grads`` and ``all_reduces_in_no_sync`` right after the parts run
+        under ``no_sync``; ``grads`` and ``all_reduces`` after the last part.
+
+    Raises:
+        TypeError: ``micro_batches`` is not an int.
+        ValueError: ``micro_batches`` < 2, or ``batch_size`` does not split evenly.
+
+    Example:
+        >>> from pytorch_memo.distributed import run_workers
+        >>> ranks = run_workers(accumulate_no_sync, 0, 8, world_size=2)
+        >>> [(r["all_reduces_in_no_sync"], r["all_reduces"] > 0) for r in ranks]
+        [(0, True), (0, True)]
+    """
+    check_int("micro_batches", micro_batches, minimum=2)
+    share = _shard(batch_size, dist.get_world_size() * micro_batches)
+    model = DistributedDataParallel(make_model(seed))
+    calls: list[int] = []
+
+    def counting_allreduce(
+        state: Any,
+        bucket: dist.GradBucket,  # type: ignore[name-defined]
+    ) -> torch.futures.Future[torch.Tensor]:
+        calls.append(bucket.index())
+        return default_hooks.allreduce_hook(state, bucket)  # DDP's own: average over ranks
+
+    model.register_comm_hook(None, counting_allreduce)
+    x, y = make_batch(seed, batch_size)
+    parts = list(zip(x[share].chunk(micro_batches), y[share].chunk(micro_batches), strict=True))
+    found: dict[str, Any] = {"rank": dist.get_rank()}
+    for index, (inputs, targets) in enumerate(parts):
+        last = index == len(parts) - 1
+        context: contextlib.AbstractContextManager[Any] = (
+            contextlib.nullcontext() if last else model.no_sync()
+        )
+        with context:
+            loss = nn.functional.mse_loss(model(inputs), targets) / micro_batches
+            torch.autograd.backward(loss)
+        if index == len(parts) - 2:
+            found["local_grads"] = _grads(model.module)
+            found["all_reduces_in_no_sync"] = len(calls)
+    found["grads"] = _grads(model.module)
+    found["all_reduces"] = len(calls)
+    return found
+
+
+def _grads(module: nn.Module) -> dict[str, torch.Tensor | None]:
+    return {
+        name: None if p.grad is None else p.grad.detach().clone()
+        for name, p in module.named_parameters()
+    }
+
+
+class TwoHeads(nn.Module):
+    """A model with a layer that its ``forward`` never uses (``unused``).
+
+    Example:
+        >>> TwoHeads()(torch.ones(3, 2)).shape
+        torch.Size([3, 1])
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = nn.Linear(2, 1)
+        self.unused = nn.Linear(2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Only ``self.used`` takes part."""
+        out: torch.Tensor = self.used(x)
+        return out
+
+
+def unused_parameter() -> dict[str, Any]:
+    """Worker: DDP on :class:`TwoHeads`, without and with ``find_unused_parameters``.
+
+    Without the flag, one forward and backward run, then the next forward is tried
+    (DDP refuses it); with ``find_unused_parameters=True``, two full steps run.
+
+    Returns:
+        ``backwards_before_error`` (how many backward calls went through without the
+        flag), ``error`` (the message of the refused forward, or None) and ``grads``
+        of the model run with the flag, by name (None where no gradient arrived).
+
+    Example:
+        >>> from pytorch_memo.distributed import run_workers
+        >>> ranks = run_workers(unused_parameter, world_size=2)
+        >>> "find_unused_parameters=True" in ranks[0]["error"], ranks[1]["grads"]["unused.bias"]
+        (True, None)
+    """
+    torch.manual_seed(0)
+    x = torch.ones(1, 2)
+    plain = DistributedDataParallel(TwoHeads())
+    backwards = 0
+    error = None
+    try:
+        for _ in range(2):
+            torch.autograd.backward(plain(x).sum())
+            backwards += 1
+    except RuntimeError as refused:
+        error = str(refused)
+    found = DistributedDataParallel(TwoHeads(), find_unused_parameters=True)
+    for _ in range(2):
+        torch.autograd.backward(found(x).sum())
+    return {"backwards_before_error": backwards, "error": error, "grads": _grads(found.module)}
+
+
+def sync_batchnorm_on_cpu() -> dict[str, Any]:
+    """Worker: a model converted to ``SyncBatchNorm``, given CPU tensors, in a group.
+
+    Returns:
+        The converted layer's class name (``layer``); the messages of the errors that the
+        training-mode forward and wrapping the model in DDP raised (``train_error``,
+        ``ddp_error``; None where nothing was raised); in eval mode, the
+        converted model's output and that of the same model before conversion
+        (``eval_output``, ``eval_reference``).
+
+    Example:
+        >>> from pytorch_memo.distributed import run_workers
+        >>> run_workers(sync_batchnorm_on_cpu, world_size=2)[0]["layer"]
+        'SyncBatchNorm'
+    """
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).eval()
+    x = torch.randn(5, 3)
+    expected = reference(x).detach()
+    convert = nn.SyncBatchNorm.convert_sync_batchnorm
+    converted = convert(reference.train())  # type: ignore[no-untyped-call]
+    train_error = ddp_error = None
+    try:
+        converted(x)
+    except ValueError as refused:
+        train_error = str(refused)
+    try:
+        DistributedDataParallel(converted)
+    except ValueError as refused:
+        ddp_error = str(refused)
+    converted.eval()
+    return {
+        "layer": type(converted[1]).__name__,
+        "train_error": train_error,
+        "ddp_error": ddp_error,
+        "eval_output": converted(x).detach(),
+        "eval_reference": expected,
+    }
+
+
+def fsdp2_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
+    """Worker: :func:`make_model` sharded with FSDP2 (``fully_shard``), one SGD step.
+
+    Each ``Linear`` and then the whole model go through ``fully_shard``; each rank runs
+    its contiguous share of the batch, then ``SGD(lr, momentum=0.9)`` steps (its first
+    step is ``p -= lr * grad``, the step of :func:`reference_step`).
+
+    Args:
+        seed: seeds the model and the batch.
+        batch_size: the global batch; a multiple of the world size.
+        lr: the learning rate.
+
+    Returns:
+        ``rank``; by parameter name: its ``type``, its ``placements`` (as ``repr``
+        strings), the ``local`` shard this rank holds after the step and the full
+        ``shapes``; the local shapes of the gradient
+        (``grad_local_shapes``) and of the optimizer's momentum buffer
+        (``state_local_shapes``); the full gradients (``grads``) and parameters after
+        the step (``params``), gathered from all ranks.
+
+    Example:
+        >>> from pytorch_memo.distributed import run_workers
+        >>> ranks = run_workers(fsdp2_step, 0, 8, world_size=2)
+        >>> [r["local"]["0.weight"].shape for r in ranks]
+        [torch.Size([3, 4]), torch.Size([3, 4])]
+    """
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    share = _shard(batch_size, dist.get_world_size())
+    model = make_model(seed)
+    for layer in model.children():
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    params: dict[str, DTensor] = {}
+    for name, p in model.named_parameters():
+        if not isinstance(p, DTensor):  # pragma: no cover - fully_shard makes DTensors
+            msg = f"fully_shard left {name} a {type(p).__name__}, not a DTensor"
+            raise TypeError(msg)
+        params[name] = p
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    x, y = make_batch(seed, batch_size)
+    torch.autograd.backward(nn.functional.mse_loss(model(x[share]), y[share]))
+    grads = {name: _dtensor(p.grad) for name, p in params.items()}
+    optimizer.step()
+    state = {name: _dtensor(optimizer.state[p]["momentum_buffer"]) for name, p in params.items()}
+    return {
+        "rank": dist.get_rank(),
+        "type": {name: type(p).__name__ for name, p in params.items()},
+        "placements": {name: [repr(pl) for pl in p.placements] for name, p in params.items()},
+        "local": {name: p.to_local().detach().clone() for name, p in params.items()},
+        "shapes": {name: p.shape for name, p in params.items()},
+        "grad_local_shapes": {name: g.to_local().shape for name, g in grads.items()},
+        "state_local_shapes": {name: s.to_local().shape for name, s in state.items()},
+        "grads": {name: g.full_tensor() for name, g in grads.items()},
+        "params": {name: p.full_tensor().detach() for name, p in params.items()},
+    }
+
+
+def _dtensor(value: Any) -> Any:
+    """``value`` if it is a DTensor (a sharded gradient or optimizer state)."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(value, DTensor):  # pragma: no cover - FSDP2 shards these
+        msg = f"expected a DTensor under fully_shard, got {type(value).__name__}"
+        raise TypeError(msg)
+    return value
+
+
+def practice(folder: str, seed: int = 0, batch_size: int = 8) -> dict[str, Any]:
+    """Worker: every worker of this module, one after the other, in the same processes.
+
+    Args:
+        folder: for :func:`save_on_rank0`.
+        seed: for :func:`accumulate_no_sync` and :func:`fsdp2_step`.
+        batch_size: for the same two; a multiple of 2 x the world size.
+
+    Returns:
+        Each worker's result under its topic: ``broadcast``, ``save``, ``no_sync``,
+        ``unused``, ``sync_batchnorm``, ``fully_shard``.
+
+    Example:
+        >>> import tempfile
+        >>> from pytorch_memo.distributed import run_workers
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     ranks = run_workers(practice, folder, world_size=2, timeout=120)
+        >>> sorted(ranks[0])
+        ['broadcast', 'fully_shard', 'no_sync', 'save', 'sync_batchnorm', 'unused']
+    """
+    return {
+        "broadcast": ddp_broadcast(),
+        "save": save_on_rank0(folder),
+        "no_sync": accumulate_no_sync(seed, batch_size),
+        "unused": unused_parameter(),
+        "sync_batchnorm": sync_batchnorm_on_cpu(),
+        "fully_shard": fsdp2_step(seed, batch_size),
+    }
