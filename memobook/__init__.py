@@ -57,8 +57,14 @@ TAGS = (GPU_TAG, HIDE_INPUT_TAG, IGNORE_OUTPUT_TAG, RAISES_TAG, WIDE_OUTPUT_TAG,
 
 PLUGIN = "memobook.plugin"
 """The pytest plugin of the notebook runs (skips ``gpu`` cells without CUDA, records runs)."""
-NBVAL_OPTIONS = ("--nbval-current-env", "--nbval-sanitize-with", str(SANITIZE.relative_to(ROOT)))
-"""nbval's options: the kernel is this environment's Python; what to sanitize."""
+NBVAL_OPTIONS = (
+    "--nbval-current-env",
+    "--nbval-sanitize-with",
+    str(SANITIZE.relative_to(ROOT)),
+    "--nbval-kernel-startup-timeout=180",
+)
+"""nbval's options: the kernel is this environment's Python; what to sanitize; a kernel
+may take long to start on a loaded machine (nbval's default is 60 s)."""
 NBVAL_ARGS = ("-p", PLUGIN, *NBVAL_OPTIONS)
 """pytest options of every notebook run, after ``--nbval`` (strict) or ``--nbval-lax``.
 Run from the repository's root."""
