@@ -1,0 +1,377 @@
+"""Datasets and a collate function that DataLoader workers can import, and a picture of
+how ``DistributedSampler`` splits a dataset across ranks, epoch by epoch.
+
+Used by the chapter *Data loading*. With ``num_workers > 0`` a ``DataLoader`` hands its
+dataset and its ``collate_fn`` to worker processes. Under the ``spawn`` and
+``forkserver`` start methods they travel pickled, by reference to the module that
+defines them, so a class or function defined in a notebook cannot be found there: the
+ones the chapter runs in workers live here. All data is made up on the spot.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import (
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    default_collate,
+    get_worker_info,
+)
+
+from pytorch_memo._checks import check_int, check_type
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = [
+    "CountingStream",
+    "PaddedBatch",
+    "TracingDataset",
+    "VariableLengths",
+    "distributed_split",
+    "pad_collate",
+    "plot_distributed_split",
+]
+
+
+def _worker_id() -> int:
+    """The id of the DataLoader worker running this code, -1 in the main process."""
+    info = get_worker_info()
+    return -1 if info is None else info.id
+
+
+def _check_index(index: Any, length: int) -> int:
+    if isinstance(index, bool) or not isinstance(index, int):
+        msg = f"index must be an int, got {type(index).__name__}: {index!r}"
+        raise TypeError(msg)
+    if not 0 <= index < length:
+        msg = f"index must be in range(0, {length}), got {index}"
+        raise IndexError(msg)
+    return index
+
+
+class TracingDataset(Dataset[dict[str, int]]):
+    """A map-style dataset whose items say which process loaded them.
+
+    Item ``i`` is ``{"index": i, "tag": tag, "worker": w, "pid": os.getpid()}``: ``tag``
+    is the dataset's ``tag`` attribute when the item was loaded, ``w`` the id of the
+    DataLoader worker that loaded it (-1 in the main process). Every load also appends
+    ``i`` to ``loaded``, the list of the copy of the dataset that ran it.
+
+    Args:
+        length: the number of items, an int >= 0.
+        tag: an int copied into every item; set the attribute to change it.
+
+    Raises:
+        TypeError: ``length`` or ``tag`` is not an int.
+        ValueError: ``length`` is negative.
+
+    Example:
+        >>> data = TracingDataset(3, tag=7)
+        >>> item = data[2]
+        >>> item["index"], item["tag"], item["worker"], data.loaded
+        (2, 7, -1, [2])
+    """
+
+    def __init__(self, length: int, *, tag: int = 0) -> None:
+        self.length = check_int("length", length, minimum=0)
+        self.tag = check_int("tag", tag)
+        self.loaded: list[int] = []
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, int]:
+        """Item ``index``; an IndexError outside ``range(0, len(self))``."""
+        index = _check_index(index, self.length)
+        self.loaded.append(index)
+        return {"index": index, "tag": self.tag, "worker": _worker_id(), "pid": os.getpid()}
+
+
+class CountingStream(IterableDataset[int]):
+    """An iterable dataset that yields ``0, 1, ..., stop - 1``.
+
+    Each DataLoader worker iterates its own copy. With ``shard=False`` every copy
+    yields the whole stream, as a naive ``__iter__`` does, so ``n`` workers deliver
+    every value ``n`` times. With ``shard=True`` the copy in worker ``w`` of ``n``
+    yields only the values ``v`` with ``v % n == w`` (``get_worker_info()``), so the
+    workers share the stream out between them. In the main process (no worker)
+    both yield everything.
+
+    Args:
+        stop: the end of the stream (excluded), an int >= 0.
+        shard: whether to split the stream across workers.
+
+    Raises:
+        TypeError: ``stop`` is not an int or ``shard`` not a bool.
+        ValueError: ``stop`` is negative.
+
+    Example:
+        >>> list(CountingStream(4, shard=True))  # main process: no worker to shard for
+        [0, 1, 2, 3]
+    """
+
+    def __init__(self, stop: int, *, shard: bool = False) -> None:
+        self.stop = check_int("stop", stop, minimum=0)
+        check_type("shard", shard, bool, "a bool")
+        self.shard = shard
+
+    def __iter__(self) -> Iterator[int]:
+        info = get_worker_info()
+        if info is None or not self.shard:
+            return iter(range(self.stop))
+        return iter(range(info.id, self.stop, info.num_workers))
+
+
+class VariableLengths(Dataset[tuple[torch.Tensor, int]]):
+    """A map-style dataset of sequences of different lengths, with a label each.
+
+    Item ``i`` is ``(torch.full((1 + i % max_length,), float(i)), i % 2)``: a float32
+    sequence whose length cycles through ``1 ... max_length``, filled with ``i`` so
+    that its origin shows once it is padded into a batch.
+
+    Args:
+        count: the number of items, an int >= 0.
+        max_length: the longest sequence, an int >= 1.
+
+    Raises:
+        TypeError: ``count`` or ``max_length`` is not an int.
+        ValueError: ``count`` is negative or ``max_length`` below 1.
+
+    Example:
+        >>> data = VariableLengths(4, max_length=3)
+        >>> [len(sequence) for sequence, _ in (data[i] for i in range(len(data)))]
+        [1, 2, 3, 1]
+    """
+
+    def __init__(self, count: int, *, max_length: int = 3) -> None:
+        self.count = check_int("count", count, minimum=0)
+        self.max_length = check_int("max_length", max_length, minimum=1)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        """Item ``index``; an IndexError outside ``range(0, len(self))``."""
+        index = _check_index(index, self.count)
+        return torch.full((1 + index % self.max_length,), float(index)), index % 2
+
+
+class PaddedBatch(NamedTuple):
+    """What :func:`pad_collate` returns."""
+
+    sequences: torch.Tensor
+    """``(batch, longest, *)``: the sequences, padded at the end to the longest."""
+    lengths: torch.Tensor
+    """``(batch,)`` int64: each sequence's length before padding."""
+    labels: torch.Tensor
+    """``(batch,)``: the labels, collated by ``default_collate``."""
+
+
+def pad_collate(
+    batch: Sequence[tuple[torch.Tensor, Any]], *, padding_value: float = 0.0
+) -> PaddedBatch:
+    """A ``collate_fn`` for ``(sequence, label)`` items of different lengths.
+
+    The default ``collate_fn`` stacks the sequences and so refuses different lengths;
+    this one pads them at the end with ``torch.nn.utils.rnn.pad_sequence`` and keeps
+    the lengths (a model needs them to mask the padding). To choose the padding
+    value, pass ``functools.partial(pad_collate, padding_value=...)`` as the
+    ``collate_fn``: a partial of a module-level function can be pickled for workers,
+    a lambda cannot.
+
+    Args:
+        batch: the items, each ``(sequence, label)`` with ``sequence`` a tensor of
+            shape ``(length, *)``; every item has the same trailing shape ``*``.
+        padding_value: the value written after the end of the shorter sequences.
+
+    Returns:
+        A :class:`PaddedBatch` of ``sequences`` ``(batch, longest, *)``, ``lengths``
+        and ``labels``.
+
+    Raises:
+        ValueError: ``batch`` is empty, an item is not a pair, or the sequences' trailing
+            shapes differ.
+        TypeError: a sequence is not a tensor of at least one dimension.
+
+    Example:
+        >>> out = pad_collate([(torch.ones(2), 0), (torch.ones(1), 1)], padding_value=-1.0)
+        >>> out.sequences.tolist(), out.lengths.tolist(), out.labels.tolist()
+        ([[1.0, 1.0], [1.0, -1.0]], [2, 1], [0, 1])
+    """
+    if len(batch) == 0:
+        msg = "batch must hold at least one (sequence, label) item, got an empty batch"
+        raise ValueError(msg)
+    items: Sequence[Any] = batch  # checked one by one: a collate_fn gets what it gets
+    sequences: list[torch.Tensor] = []
+    for position, item in enumerate(items):
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            msg = f"batch[{position}] must be a (sequence, label) pair, got {type(item).__name__}"
+            raise ValueError(msg)
+        sequence = item[0]
+        if not isinstance(sequence, torch.Tensor) or sequence.dim() == 0:
+            shown = (
+                f"a 0-dim tensor {sequence!r}"
+                if isinstance(sequence, torch.Tensor)
+                else type(sequence).__name__
+            )
+            msg = f"batch[{position}][0] must be a tensor of shape (length, *), got {shown}"
+            raise TypeError(msg)
+        if sequences and sequence.shape[1:] != sequences[0].shape[1:]:
+            msg = (
+                f"batch[{position}][0] has trailing shape {tuple(sequence.shape[1:])}, but "
+                f"batch[0][0] has {tuple(sequences[0].shape[1:])}: only the first dimension "
+                "(the length) may differ"
+            )
+            raise ValueError(msg)
+        sequences.append(sequence)
+    return PaddedBatch(
+        sequences=pad_sequence(sequences, batch_first=True, padding_value=padding_value),
+        lengths=torch.tensor([len(s) for s in sequences], dtype=torch.int64),
+        labels=default_collate([item[1] for item in batch]),
+    )
+
+
+def distributed_split(
+    length: int,
+    *,
+    num_replicas: int,
+    epochs: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = False,
+    set_epoch: bool = True,
+) -> list[list[list[int]]]:
+    """The indices each rank's ``DistributedSampler`` yields, epoch after epoch.
+
+    Builds one ``torch.utils.data.DistributedSampler`` per rank, with ``num_replicas``
+    and ``rank`` given (so no process group is needed), as the processes of a job
+    would, and iterates each one ``epochs`` times, calling ``set_epoch(epoch)`` before
+    each epoch when ``set_epoch`` is True.
+
+    Args:
+        length: the dataset's length, an int >= 1.
+        num_replicas: the number of ranks, an int >= 1.
+        epochs: how many epochs to iterate, an int >= 1.
+        shuffle: passed to the samplers.
+        seed: passed to the samplers, an int >= 0 (every rank must use the same).
+        drop_last: passed to the samplers.
+        set_epoch: call ``set_epoch(epoch)`` on every sampler before each epoch.
+
+    Returns:
+        ``split[epoch][rank]``: the indices rank ``rank`` yields in epoch ``epoch``.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: a number is out of range.
+
+    Example:
+        >>> distributed_split(5, num_replicas=2, epochs=1, shuffle=False)
+        [[[0, 2, 4], [1, 3, 0]]]
+    """
+    check_int("length", length, minimum=1)
+    check_int("num_replicas", num_replicas, minimum=1)
+    check_int("epochs", epochs, minimum=1)
+    check_int("seed", seed, minimum=0)
+    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last), ("set_epoch", set_epoch)):
+        check_type(name, flag, bool, "a bool")
+    indices = cast("Dataset[int]", range(length))  # the sampler only asks for len()
+    samplers: list[DistributedSampler[int]] = [
+        DistributedSampler(
+            indices,
+            num_replicas=num_replicas,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+        )
+        for rank in range(num_replicas)
+    ]
+    split = []
+    for epoch in range(epochs):
+        if set_epoch:
+            for sampler in samplers:
+                sampler.set_epoch(epoch)
+        split.append([list(sampler) for sampler in samplers])
+    return split
+
+
+def plot_distributed_split(
+    split: list[list[list[int]]], *, ax: Axes | None = None, title: str = ""
+) -> Axes:
+    """Draw :func:`distributed_split`'s result: one row per epoch, one block per rank.
+
+    Each cell is an index, coloured by the rank that receives it; an index that occurs
+    a second time in an epoch (the padding that evens out the ranks) is hatched.
+
+    Args:
+        split: ``split[epoch][rank]`` -> indices, as :func:`distributed_split` returns.
+        ax: where to draw; a new figure when None.
+        title: the axes' title.
+
+    Returns:
+        The axes drawn on.
+
+    Raises:
+        ValueError: ``split`` is empty, or its epochs differ in their number of ranks.
+
+    Example:
+        >>> ax = plot_distributed_split(distributed_split(4, num_replicas=2, epochs=2))
+        >>> len(ax.patches)  # 2 epochs x 4 indices
+        8
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    if not split or not split[0]:
+        msg = "split must hold at least one epoch of at least one rank, got an empty split"
+        raise ValueError(msg)
+    ranks = len(split[0])
+    if any(len(epoch) != ranks for epoch in split):
+        msg = f"split must have the same number of ranks in every epoch, got {[len(e) for e in split]}"
+        raise ValueError(msg)
+    widest = [max(len(epoch[rank]) for epoch in split) for rank in range(ranks)]
+    starts = [sum(widest[:rank]) + rank for rank in range(ranks)]  # a gap between ranks
+    total = starts[-1] + widest[-1]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(3.0, 0.42 * total + 1.2), 0.45 * len(split) + 0.9))
+    colours = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
+    for row, epoch in enumerate(split):
+        seen: set[int] = set()
+        y = len(split) - 1 - row
+        for rank, indices in enumerate(epoch):
+            for k, index in enumerate(indices):
+                again = index in seen
+                seen.add(index)
+                ax.add_patch(
+                    Rectangle(
+                        (starts[rank] + k, y + 0.08),
+                        0.94,
+                        0.84,
+                        facecolor=colours[rank % len(colours)],
+                        alpha=0.45 if again else 0.85,
+                        hatch="///" if again else None,
+                        edgecolor="black",
+                        linewidth=0.6,
+                    )
+                )
+                ax.text(starts[rank] + k + 0.47, y + 0.5, str(index), ha="center", va="center")
+    ax.set_xlim(-0.2, total + 0.2)
+    ax.set_ylim(0, len(split))
+    ax.set_yticks([len(split) - 1 - row + 0.5 for row in range(len(split))])
+    ax.set_yticklabels([f"epoch {row}" for row in range(len(split))])
+    ax.set_xticks([])
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    handles = [Patch(color=colours[r % len(colours)], label=f"rank {r}") for r in range(ranks)]
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="repeated"))
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
+    if title:
+        ax.set_title(title)
+    return ax

@@ -1,0 +1,319 @@
+"""pytorch_memo.data_loading, checked against plain torch, in real worker processes."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from functools import partial
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from pytorch_memo.data_loading import (
+    CountingStream,
+    PaddedBatch,
+    TracingDataset,
+    VariableLengths,
+    distributed_split,
+    pad_collate,
+    plot_distributed_split,
+)
+
+# ------------------------------------------------------------------------- TracingDataset
+
+
+def test_tracing_dataset_in_the_main_process() -> None:
+    data = TracingDataset(3, tag=5)
+    assert len(data) == 3
+    assert data[1] == {"index": 1, "tag": 5, "worker": -1, "pid": os.getpid()}
+    data.tag = 6
+    assert data[0]["tag"] == 6
+    assert data.loaded == [1, 0]
+    assert [item["index"] for item in data] == [0, 1, 2]  # iteration stops at IndexError
+
+
+def test_tracing_dataset_in_two_workers_loads_copies() -> None:
+    data = TracingDataset(6)
+    batches = list(DataLoader(data, batch_size=2, num_workers=2))
+    assert torch.cat([b["index"] for b in batches]).tolist() == list(range(6))
+    pids = {pid for b in batches for pid in b["pid"].tolist()}
+    assert len(pids) == 2
+    assert os.getpid() not in pids
+    assert [b["worker"].tolist() for b in batches] == [[0, 0], [1, 1], [0, 0]]
+    assert data.loaded == []  # the workers appended to their own copies
+    assert all(b["index"].is_shared() for b in batches)
+
+
+def test_persistent_workers_keep_their_copy_of_the_dataset() -> None:
+    for persistent, second_tag in ((True, 0), (False, 1)):
+        data = TracingDataset(4)
+        loader = DataLoader(data, batch_size=2, num_workers=2, persistent_workers=persistent)
+        first = list(loader)
+        data.tag = 1
+        second = list(loader)
+        assert {t for b in second for t in b["tag"].tolist()} == {second_tag}
+        same_pids = [b["pid"].tolist() for b in first] == [b["pid"].tolist() for b in second]
+        assert same_pids is persistent
+
+
+@pytest.mark.parametrize(
+    ("index", "error", "match"),
+    [
+        (3, IndexError, r"index must be in range\(0, 3\), got 3"),
+        (-1, IndexError, r"index must be in range\(0, 3\), got -1"),
+        (True, TypeError, "index must be an int, got bool"),
+        ("0", TypeError, "index must be an int, got str"),
+    ],
+)
+def test_tracing_dataset_bad_index(index: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        TracingDataset(3)[index]  # type: ignore[index]
+
+
+def test_tracing_dataset_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="length must be >= 0, got -1"):
+        TracingDataset(-1)
+    with pytest.raises(TypeError, match="tag must be an int, got str"):
+        TracingDataset(2, tag="a")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------- CountingStream
+
+
+def test_counting_stream_without_workers_yields_everything() -> None:
+    for shard in (False, True):
+        assert list(DataLoader(CountingStream(5, shard=shard), batch_size=None)) == [
+            0,
+            1,
+            2,
+            3,
+            4,
+        ]
+
+
+def test_counting_stream_in_two_workers() -> None:
+    doubled = list(DataLoader(CountingStream(5), batch_size=None, num_workers=2))
+    assert Counter(doubled) == Counter(dict.fromkeys(range(5), 2))
+    sharded = list(DataLoader(CountingStream(5, shard=True), batch_size=None, num_workers=2))
+    assert sorted(sharded) == list(range(5))
+
+
+def test_counting_stream_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="stop must be >= 0, got -2"):
+        CountingStream(-2)
+    with pytest.raises(TypeError, match="shard must be a bool, got int"):
+        CountingStream(2, shard=1)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ VariableLengths, padding
+
+
+def test_variable_lengths_items() -> None:
+    data = VariableLengths(5, max_length=2)
+    assert len(data) == 5
+    for i in range(5):
+        sequence, label = data[i]
+        assert torch.equal(sequence, torch.full((1 + i % 2,), float(i)))
+        assert label == i % 2
+    with pytest.raises(IndexError, match=r"range\(0, 5\)"):
+        data[5]
+    with pytest.raises(ValueError, match="max_length must be >= 1, got 0"):
+        VariableLengths(3, max_length=0)
+
+
+def _padded_by_hand(sequences: list[torch.Tensor], value: float) -> torch.Tensor:
+    longest = max(len(s) for s in sequences)
+    out = torch.full((len(sequences), longest, *sequences[0].shape[1:]), value)
+    for row, s in enumerate(sequences):
+        out[row, : len(s)] = s
+    return out
+
+
+@given(
+    lengths=st.lists(st.integers(0, 4), min_size=1, max_size=5),
+    trailing=st.lists(st.integers(1, 3), max_size=2),
+    value=st.sampled_from([0.0, -1.0, 2.5]),
+    seed=st.integers(0, 2**16),
+)
+def test_pad_collate_pads_like_plain_torch(
+    lengths: list[int], trailing: list[int], value: float, seed: int
+) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    sequences = [torch.randn(n, *trailing, generator=gen) for n in lengths]
+    labels = list(range(len(lengths)))
+    out = pad_collate(list(zip(sequences, labels, strict=True)), padding_value=value)
+    assert isinstance(out, PaddedBatch)
+    assert torch.equal(out.sequences, _padded_by_hand(sequences, value))
+    assert out.lengths.tolist() == lengths
+    assert out.lengths.dtype == torch.int64
+    assert torch.equal(out.labels, torch.tensor(labels))
+
+
+def test_pad_collate_tensor_labels_are_stacked() -> None:
+    out = pad_collate([(torch.ones(1), torch.tensor(0.5)), (torch.ones(2), torch.tensor(1.5))])
+    assert torch.equal(out.labels, torch.tensor([0.5, 1.5]))
+
+
+@pytest.mark.parametrize(
+    ("batch", "error", "match"),
+    [
+        ([], ValueError, "at least one"),
+        ([(torch.ones(2),)], ValueError, r"batch\[0\] must be a \(sequence, label\) pair"),
+        ([(torch.tensor(1.0), 0)], TypeError, r"batch\[0\]\[0\] must be a tensor .* 0-dim"),
+        ([(torch.ones(1), 0), ([1.0], 1)], TypeError, r"batch\[1\]\[0\] .* got list"),
+        (
+            [(torch.ones(1, 2), 0), (torch.ones(1, 3), 1)],
+            ValueError,
+            r"batch\[1\]\[0\] has trailing shape \(3,\), but batch\[0\]\[0\] has \(2,\)",
+        ),
+    ],
+)
+def test_pad_collate_bad_batches(batch: list[object], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        pad_collate(batch)  # type: ignore[arg-type]
+
+
+def test_pad_collate_in_workers_matches_the_main_process() -> None:
+    collate = partial(pad_collate, padding_value=-1.0)
+    data = VariableLengths(7)
+    here = list(DataLoader(data, batch_size=3, collate_fn=collate))
+    there = list(DataLoader(data, batch_size=3, collate_fn=collate, num_workers=2))
+    assert len(here) == len(there) == 3
+    for a, b in zip(here, there, strict=True):
+        assert isinstance(b, PaddedBatch)
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x, y)
+
+
+def test_module_objects_reach_a_spawned_worker() -> None:
+    """Under ``spawn`` a worker imports what it runs: the module's objects can be found.
+
+    One worker only: a spawned worker imports torch, which takes seconds.
+    """
+    padded = list(
+        DataLoader(
+            VariableLengths(3),
+            batch_size=3,
+            collate_fn=partial(pad_collate, padding_value=-1.0),
+            num_workers=1,
+            multiprocessing_context="spawn",
+        )
+    )
+    assert padded[0].sequences.tolist() == [[0, -1, -1], [1, 1, -1], [2, 2, 2]]
+
+
+# ---------------------------------------------------------------------- distributed_split
+
+
+def _split_by_hand(
+    length: int,
+    replicas: int,
+    epochs: int,
+    shuffle: bool,
+    seed: int,
+    drop_last: bool,
+    set_epoch: bool,
+) -> list[list[list[int]]]:
+    """The documented rule: one permutation from ``seed + epoch``, padded or cut, dealt out."""
+    result = []
+    for epoch in range(epochs):
+        offset = epoch if set_epoch else 0
+        gen = torch.Generator().manual_seed(seed + offset)
+        order = torch.randperm(length, generator=gen).tolist() if shuffle else list(range(length))
+        if drop_last:
+            order = order[: length // replicas * replicas]
+        else:
+            total = -(-length // replicas) * replicas
+            while len(order) < total:
+                order += order[: total - len(order)]
+        result.append([order[rank::replicas] for rank in range(replicas)])
+    return result
+
+
+@given(
+    length=st.integers(1, 30),
+    replicas=st.integers(1, 5),
+    epochs=st.integers(1, 3),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 1000),
+    drop_last=st.booleans(),
+    set_epoch=st.booleans(),
+)
+def test_distributed_split_matches_the_rule(
+    length: int,
+    replicas: int,
+    epochs: int,
+    shuffle: bool,
+    seed: int,
+    drop_last: bool,
+    set_epoch: bool,
+) -> None:
+    split = distributed_split(
+        length,
+        num_replicas=replicas,
+        epochs=epochs,
+        shuffle=shuffle,
+        seed=seed,
+        drop_last=drop_last,
+        set_epoch=set_epoch,
+    )
+    assert split == _split_by_hand(length, replicas, epochs, shuffle, seed, drop_last, set_epoch)
+    for epoch in split:
+        assert len({len(shard) for shard in epoch}) == 1  # every rank as many
+        handed_out = [i for shard in epoch for i in shard]
+        if drop_last:
+            assert len(set(handed_out)) == len(handed_out)  # nothing twice
+        else:
+            assert set(handed_out) == set(range(length))  # nothing left out
+        if length % replicas == 0:
+            assert sorted(handed_out) == list(range(length))  # a partition
+
+
+def test_distributed_split_repeats_without_set_epoch() -> None:
+    stale = distributed_split(10, num_replicas=2, epochs=3, set_epoch=False)
+    fresh = distributed_split(10, num_replicas=2, epochs=3)
+    assert stale[0] == stale[1] == stale[2] == fresh[0]
+    assert fresh[1] != fresh[0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"length": 0}, ValueError, "length must be >= 1, got 0"),
+        ({"num_replicas": 0}, ValueError, "num_replicas must be >= 1, got 0"),
+        ({"epochs": 1.0}, TypeError, "epochs must be an int, got float"),
+        ({"seed": -1}, ValueError, "seed must be >= 0, got -1"),
+        ({"shuffle": 1}, TypeError, "shuffle must be a bool, got int"),
+        ({"set_epoch": None}, TypeError, "set_epoch must be a bool, got NoneType"),
+    ],
+)
+def test_distributed_split_bad_arguments(
+    kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    args: dict[str, object] = {"length": 4, "num_replicas": 2, "epochs": 1, **kwargs}
+    with pytest.raises(error, match=match):
+        distributed_split(**args)  # type: ignore[arg-type]
+
+
+def test_plot_distributed_split_hatches_the_padding() -> None:
+    split = distributed_split(10, num_replicas=3, epochs=2)  # 12 handed out: 2 repeats
+    ax = plot_distributed_split(split, title="t")
+    assert len(ax.patches) == 24
+    assert sum(1 for p in ax.patches if p.get_hatch()) == 4
+    assert sorted(int(t.get_text()) for t in ax.texts[:12]) == sorted(
+        i for shard in split[0] for i in shard
+    )
+    assert ax.get_title() == "t"
+    plt.close("all")
+
+
+@pytest.mark.parametrize(
+    ("split", "match"), [([], "empty split"), ([[[0], [1]], [[0]]], "same number of ranks")]
+)
+def test_plot_distributed_split_bad_input(split: list[list[list[int]]], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        plot_distributed_split(split)
