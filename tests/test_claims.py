@@ -104,8 +104,6 @@ NOT_YET_AUDITED = {
     "autograd",
     "buffers",
     "saving",
-    "profiling",
-    "extensions",
     "devices",
     "losses",
 }

@@ -212,6 +212,7 @@ def test_waits_for_a_live_build_then_names_the_path(tmp_path: Path) -> None:
 
 def test_default_build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # not the user's own
     project = tmp_path / "project"
     (project / "book").mkdir(parents=True)
     for marker in ("_toc.yml", "pyproject.toml"):
