@@ -21,7 +21,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import sysconfig
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -79,7 +81,11 @@ def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
 
     Inside this project's checkout (found by walking up from ``start`` to a folder that
     holds ``_toc.yml`` and ``pyproject.toml``) that is ``_build/torch_extensions`` at its
-    root; elsewhere (an installed package, Colab) torch's own default.
+    root. Elsewhere (an installed package, Colab) it is torch's own default, a
+    ``torch_extensions`` folder in the user's cache, or where that folder cannot be
+    created, is not a folder, or can be written by other users, a private temporary
+    folder, ``torch_extensions-<uid>`` (mode ``0o700``): nobody else may place a library
+    where a build would load it.
 
     Args:
         start: where to begin looking (the current directory when ``None``).
@@ -89,6 +95,7 @@ def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
 
     Raises:
         TypeError: ``start`` is not a path.
+        PermissionError: outside a checkout, neither fallback folder is private.
 
     Example:
         >>> import os, tempfile
@@ -110,7 +117,34 @@ def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
             return folder / "_build" / "torch_extensions"
     from torch.utils.cpp_extension import get_default_build_root
 
-    return Path(get_default_build_root())
+    private = Path(tempfile.gettempdir()) / f"torch_extensions-{os.getuid()}"
+    return _private_folder(Path(get_default_build_root()), private)
+
+
+def _private_folder(*candidates: Path) -> Path:
+    """The first candidate that is (or is created as) a folder of this user's, not a link,
+    and not writable by anyone else; PermissionError naming each refusal otherwise."""
+    refused = []
+    for folder in candidates:
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = folder.lstat()
+        except OSError as error:
+            refused.append(f"{folder} ({error.strerror or error})")
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            refused.append(f"{folder} (not a folder: a link or a file)")
+        elif info.st_uid != os.getuid():
+            refused.append(f"{folder} (owned by uid {info.st_uid}, not {os.getuid()})")
+        elif info.st_mode & 0o022:
+            refused.append(f"{folder} (writable by others: mode {stat.S_IMODE(info.st_mode):#o})")
+        else:
+            return folder
+    msg = (
+        f"no private folder to build extensions in: {'; '.join(refused)}; "
+        "set TORCH_EXTENSIONS_DIR to a folder of your own"
+    )
+    raise PermissionError(msg)
 
 
 def _held_by_someone(path: Path) -> bool:

@@ -212,6 +212,7 @@ def test_waits_for_a_live_build_then_names_the_path(tmp_path: Path) -> None:
 
 def test_default_build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # not the user's own
     project = tmp_path / "project"
     (project / "book").mkdir(parents=True)
     for marker in ("_toc.yml", "pyproject.toml"):
@@ -261,3 +262,88 @@ def test_stale_lock_checks_reject_a_non_path() -> None:
         is_stale_lock(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"start must be a str or os\.PathLike, got float"):
         default_build_root(start=1.5)  # type: ignore[arg-type]
+
+
+def _outside_a_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No TORCH_EXTENSIONS_DIR, the user's cache and the temporary folder under tmp_path;
+    returns the folder to start from (no _toc.yml above it)."""
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    start = tmp_path / "content"  # a Colab-like working folder
+    start.mkdir()
+    return start
+
+
+def test_default_build_root_outside_a_checkout_is_the_users_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start = _outside_a_checkout(tmp_path, monkeypatch)
+    found = default_build_root(start=start)
+    assert found == Path(get_default_build_root()) == tmp_path / "cache" / "torch_extensions"
+    assert found.is_dir()
+    assert found.stat().st_mode & 0o777 == 0o700  # created private
+    assert default_build_root(start=start) == found  # and used again
+
+
+@pytest.mark.parametrize("cache", ["a file", "writable by others", "a link"])
+def test_default_build_root_falls_back_to_a_private_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: str
+) -> None:
+    start = _outside_a_checkout(tmp_path, monkeypatch)
+    users = tmp_path / "cache" / "torch_extensions"
+    users.parent.mkdir()
+    if cache == "a file":
+        users.write_text("")  # no folder can be made there
+    elif cache == "writable by others":
+        users.mkdir()
+        users.chmod(0o777)
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        users.symlink_to(tmp_path / "elsewhere")
+        monkeypatch.setattr(  # as torch would, were it not resolving links
+            "torch.utils.cpp_extension.get_default_build_root", lambda: str(users)
+        )
+    found = default_build_root(start=start)
+    assert found == tmp_path / "tmp" / f"torch_extensions-{os.getuid()}"
+    assert found.is_dir()
+    assert found.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("planted", ["writable by others", "a link"])
+def test_default_build_root_refuses_a_temporary_folder_planted_by_someone_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: str
+) -> None:
+    start = _outside_a_checkout(tmp_path, monkeypatch)
+    (tmp_path / "cache").write_text("")  # the user's cache cannot be used
+    temporary = tmp_path / "tmp" / f"torch_extensions-{os.getuid()}"
+    if planted == "a link":
+        (tmp_path / "theirs").mkdir()
+        temporary.symlink_to(tmp_path / "theirs")
+        reason = "not a folder: a link or a file"
+    else:
+        temporary.mkdir()
+        temporary.chmod(0o777)
+        reason = "writable by others: mode 0o777"
+    with pytest.raises(PermissionError, match="no private folder to build extensions in") as caught:
+        default_build_root(start=start)
+    message = str(caught.value)
+    assert f"{temporary} ({reason})" in message
+    assert "set TORCH_EXTENSIONS_DIR" in message
+    assert not list(temporary.iterdir())  # nothing was built or written there
+
+
+def test_default_build_root_refuses_a_folder_of_another_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start = _outside_a_checkout(tmp_path, monkeypatch)
+    if os.getuid() == 0:
+        theirs = tmp_path / "cache" / "torch_extensions"
+        theirs.mkdir(parents=True, mode=0o700)
+        os.chown(theirs, 65534, -1)  # nobody's
+    else:
+        theirs = Path("/")  # root's, and not writable by others
+    monkeypatch.setattr("torch.utils.cpp_extension.get_default_build_root", lambda: str(theirs))
+    found = default_build_root(start=start)
+    assert found == tmp_path / "tmp" / f"torch_extensions-{os.getuid()}"
