@@ -43,6 +43,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="record in each notebook's metadata that its gpu cells ran and passed",
     )
+    parser.addoption(  # see the golden files block at the end
+        "--update-golden",
+        action="store_true",
+        help="rewrite the expected renderings in tests/golden/ and list the files rewritten",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -78,3 +83,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     run = {"executed": now, "torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
     record_gpu_runs(_gpu_cells, _failed, run)
+
+
+# -- golden files ------------------------------------------------------------------------
+# `pytest tests/test_table.py --update-golden` rewrites the expected renderings in
+# tests/golden/ from the current code; the run then lists every file it rewrote.
+UPDATE_GOLDEN = "--update-golden"
+_golden_rewritten = pytest.StashKey[list[str]]()
+
+
+def golden_rewritten(config: pytest.Config) -> list[str]:
+    """The list the golden test appends the files it rewrote to."""
+    return config.stash.setdefault(_golden_rewritten, [])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    rewritten = golden_rewritten(config)
+    if rewritten:
+        terminalreporter.section(f"{UPDATE_GOLDEN}: {len(rewritten)} golden file(s) rewritten")
+        for path in rewritten:
+            terminalreporter.line(path)
