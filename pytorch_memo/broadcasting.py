@@ -6,7 +6,6 @@ right as torch does, and :func:`plot_broadcast` draws that alignment.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pytorch_memo._checks import check_int
-from pytorch_memo._table import named_arguments, text_table
+from pytorch_memo._table import Cell, ResultTable, named_arguments
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -70,47 +69,39 @@ class BroadcastRow:
         )
 
 
-@dataclass(frozen=True)
-class BroadcastTable:
+_LEGEND = f"({MISSING} no such dimension, {STRETCHED} size 1 repeated to the result's size)"
+_MISSING_STYLE = "color:#999"
+_STRETCHED_STYLE = "background:#fde2c8"
+
+
+@dataclass(frozen=True, repr=False)
+class BroadcastTable(ResultTable):
     """The operands of a broadcast, aligned from the right, and the result's shape."""
 
     rows: tuple[BroadcastRow, ...]
     result: tuple[int, ...]
+    _css_class = "memo-broadcast"
+    _align_right = True
 
-    def _lines(self) -> list[tuple[str, ...]]:
-        ndim = len(self.result)
-        head = ("dim", *(str(d) for d in range(-ndim, 0)))
-        body = [(row.name, *row.cells()) for row in self.rows]
-        return [head, *body, ("result", *map(str, self.result))]
+    def _headers(self) -> tuple[str, ...]:
+        return ("dim", *(str(d) for d in range(-len(self.result), 0)))
 
-    def __str__(self) -> str:
-        legend = f"({MISSING} no such dimension, {STRETCHED} size 1 repeated to the result's size)"
-        return text_table(self._lines(), align_right=True) + "\n" + legend
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        head, *_ = self._lines()
-        parts = ['<table class="memo-broadcast"><thead><tr>']
-        parts += [f"<th>{html.escape(h)}</th>" for h in head]
-        parts.append("</tr></thead><tbody>")
+    def _cells(self) -> list[tuple[str | Cell, ...]]:
+        body: list[tuple[str | Cell, ...]] = []
         for row in self.rows:
-            parts.append(f"<tr><td>{html.escape(row.name)}</td>")
-            for cell, size, wide in zip(row.cells(), row.aligned, row.stretched, strict=True):
-                style = (
-                    ' style="color:#999"'
-                    if size is None
-                    else ' style="background:#fde2c8"'
-                    if wide
-                    else ""
+            cells = [
+                Cell(
+                    cell,
+                    style=_MISSING_STYLE if size is None else _STRETCHED_STYLE if wide else "",
                 )
-                parts.append(f"<td{style}>{html.escape(cell)}</td>")
-            parts.append("</tr>")
-        parts.append("<tr><td><b>result</b></td>")
-        parts += [f"<td><b>{n}</b></td>" for n in self.result]
-        parts.append("</tr></tbody></table>")
-        return "".join(parts)
+                for cell, size, wide in zip(row.cells(), row.aligned, row.stretched, strict=True)
+            ]
+            body.append((row.name, *cells))
+        body.append((Cell("result", bold=True), *(Cell(str(n), bold=True) for n in self.result)))
+        return body
+
+    def _note(self) -> tuple[str, str]:
+        return _LEGEND, ""
 
 
 def _shape_of(name: str, operand: Any) -> tuple[int, ...]:

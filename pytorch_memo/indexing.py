@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from pytorch_memo._checks import check_int, check_tensor
-from pytorch_memo._table import html_table, text_table
+from pytorch_memo._table import ResultTable
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -70,8 +70,8 @@ class GatherStep:
 _HEADERS = ("output", "formula", "source", "value")
 
 
-@dataclass(frozen=True)
-class GatherExplanation:
+@dataclass(frozen=True, repr=False)
+class GatherExplanation(ResultTable):
     """Every output element of a ``torch.gather`` call and its source, in output order.
 
     Prints as a text table (an HTML table in Jupyter) of at most 48 rows.
@@ -81,6 +81,8 @@ class GatherExplanation:
     input_shape: tuple[int, ...]
     index_shape: tuple[int, ...]
     steps: tuple[GatherStep, ...]
+    _css_class = "memo-gather"
+    _code = True
 
     def __iter__(self) -> Iterator[GatherStep]:
         return iter(self.steps)
@@ -93,22 +95,17 @@ class GatherExplanation:
         flat = torch.tensor([s.source for s in self.steps], dtype=torch.int64)
         return flat.reshape(*self.index_shape, len(self.input_shape))
 
-    def _rows(self) -> tuple[list[tuple[str, ...]], int]:
-        shown: list[tuple[str, ...]] = [s.cells(self.dim) for s in self.steps[:MAX_ROWS_SHOWN]]
-        return shown, len(self.steps) - len(shown)
+    def _headers(self) -> tuple[str, ...]:
+        return _HEADERS
 
-    def __str__(self) -> str:
-        rows, hidden = self._rows()
-        more = f"\n... {hidden} more rows" if hidden else ""
-        return text_table([_HEADERS, *rows]) + more
+    def _cells(self) -> list[tuple[str, ...]]:
+        return [s.cells(self.dim) for s in self.steps[:MAX_ROWS_SHOWN]]
 
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        rows, hidden = self._rows()
-        more = f"<p>... {hidden} more rows</p>" if hidden else ""
-        return html_table(_HEADERS, rows, css_class="memo-gather", code=True) + more
+    def _note(self) -> tuple[str, str]:
+        hidden = len(self.steps) - MAX_ROWS_SHOWN
+        if hidden <= 0:
+            return "", ""
+        return f"... {hidden} more rows", f"<p>... {hidden} more rows</p>"
 
 
 def _check_gather_args(input: torch.Tensor, dim: int, index: torch.Tensor) -> int:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from pytorch_memo._checks import check_type
-from pytorch_memo._table import NamedRows, html_table, shape_text, text_table
+from pytorch_memo._table import NamedRows, ResultTable, shape_text
 
 __all__ = ["ModuleTable", "ModuleTensorInfo", "inventory"]
 
@@ -81,25 +81,22 @@ class ModuleTensorInfo:
         )
 
 
-@dataclass(frozen=True)
-class ModuleTable(NamedRows[ModuleTensorInfo]):
+@dataclass(frozen=True, repr=False)
+class ModuleTable(NamedRows[ModuleTensorInfo], ResultTable):
     """Rows of :class:`ModuleTensorInfo`, shown as a text table or, in Jupyter, HTML."""
 
     rows: tuple[ModuleTensorInfo, ...]
+    _css_class = "memo-describe"
 
     def names(self, *, kind: Kind | None = None) -> tuple[str, ...]:
         """The rows' names, all of them or those of one ``kind``."""
         return tuple(r.name for r in self.rows if kind is None or r.kind == kind)
 
-    def __str__(self) -> str:
-        return text_table([_HEADERS, *(row.cells() for row in self.rows)])
+    def _headers(self) -> tuple[str, ...]:
+        return _HEADERS
 
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        rows = [row.cells() for row in self.rows]
-        return html_table(_HEADERS, rows, css_class="memo-describe")
+    def _cells(self) -> list[tuple[str, ...]]:
+        return [row.cells() for row in self.rows]
 
 
 def _tensors(module: nn.Module, attributes: bool) -> Iterator[tuple[str, Kind, bool, torch.Tensor]]:

@@ -97,7 +97,9 @@ def golden_rewritten(config: pytest.Config) -> list[str]:
     return config.stash.setdefault(_golden_rewritten, [])
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     rewritten = golden_rewritten(config)
     if rewritten:
         terminalreporter.section(f"{UPDATE_GOLDEN}: {len(rewritten)} golden file(s) rewritten")
