@@ -6,13 +6,12 @@ right as torch does, and :func:`plot_broadcast` draws that alignment.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytorch_memo._checks import check_int
+from pytorch_memo._checks import INT64_MAX, check_axes, check_ints, check_type
 from pytorch_memo._table import Cell, ResultTable, named_arguments
 
 if TYPE_CHECKING:
@@ -26,6 +25,8 @@ __all__ = [
     "plot_broadcast",
 ]
 
+MAX_PLOTTED = 16
+"""The most operands, and dimensions, :func:`plot_broadcast` draws."""
 MISSING = "·"
 STRETCHED = "*"
 
@@ -106,16 +107,12 @@ class BroadcastTable(ResultTable):
 
 def _shape_of(name: str, operand: Any) -> tuple[int, ...]:
     if isinstance(operand, torch.Tensor):
+        if operand.is_nested:
+            msg = f"{name} must be a shape or a tensor with one shape, got a nested tensor"
+            raise ValueError(msg)
         return tuple(operand.shape)
-    if isinstance(operand, (str, bytes)) or not isinstance(operand, Sequence):
-        msg = (
-            f"{name} must be a shape (a sequence of ints) or a tensor, "
-            f"got {type(operand).__name__}: {operand!r}"
-        )
-        raise TypeError(msg)
-    for i, size in enumerate(operand):
-        check_int(f"{name}[{i}]", size, minimum=0)
-    return tuple(operand)
+    spelled = "a shape (a sequence of ints) or a tensor"
+    return check_ints(name, operand, minimum=0, maximum=INT64_MAX, spelled=spelled)
 
 
 def _operands(
@@ -231,9 +228,10 @@ def plot_broadcast(
         The axes drawn on.
 
     Raises:
-        TypeError: an operand is neither a shape nor a tensor, or a size is not an int.
-        ValueError: no operand, a negative size, or a keyword clashing with a
-            positional name.
+        TypeError: an operand is neither a shape nor a tensor, a size is not an int,
+            ``ax`` is not matplotlib axes or ``title`` not a str.
+        ValueError: no operand, a negative size, a keyword clashing with a positional
+            name, or more than :data:`MAX_PLOTTED` operands or dimensions.
 
     Example:
         >>> ax = plot_broadcast(x=(0,), y=(2, 2))
@@ -243,7 +241,20 @@ def plot_broadcast(
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
+    check_axes("ax", ax)
+    check_type("title", title, (str, type(None)), "a str or None")
     shapes = _operands(operands, named)
+    if len(shapes) > MAX_PLOTTED:
+        names = ", ".join(name for name, _ in shapes)
+        msg = f"got {len(shapes)} operands ({names}); plot_broadcast draws at most {MAX_PLOTTED}"
+        raise ValueError(msg)
+    for name, shape in shapes:
+        if len(shape) > MAX_PLOTTED:
+            msg = (
+                f"{name} has {len(shape)} dimensions; plot_broadcast draws at most "
+                f"{MAX_PLOTTED}, got shape {shape}"
+            )
+            raise ValueError(msg)
     aligned, result, clash = _align(shapes)
     ndim = len(result)
     bad = None if clash is None else clash.index

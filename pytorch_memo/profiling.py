@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from pytorch_memo._checks import _shown, check_int, check_type
+from pytorch_memo._checks import (
+    _shown,
+    check_axes,
+    check_callable,
+    check_device,
+    check_int,
+    check_type,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -39,30 +46,16 @@ __all__ = [
     "time_call",
 ]
 
+MAX_CALLS = 100_000
+"""The most calls :func:`time_call` makes, warm-up and measured each: the median of more
+tells nothing new, and a slow ``fn`` would keep the caller waiting for hours."""
+
 
 def _as_device(name: str, value: object) -> torch.device:
     """``value`` as a CPU or CUDA :class:`torch.device`; errors name ``name``."""
-    if isinstance(value, str):
-        try:
-            device = torch.device(value)
-        except RuntimeError as error:
-            msg = f"{name} must name a device such as 'cpu' or 'cuda:0', got {value!r}"
-            raise ValueError(msg) from error
-    elif isinstance(value, torch.device):
-        device = value
-    else:
-        msg = f"{name} must be a str or torch.device, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
-    if device.type not in ("cpu", "cuda"):
-        msg = f"{name} must be a CPU or CUDA device, got {str(device)!r}"
-        raise ValueError(msg)
+    device = check_device(name, value, types=("cpu", "cuda"))
+    assert device is not None  # not optional
     return device
-
-
-def _check_callable(name: str, value: object) -> None:
-    if not callable(value):
-        msg = f"{name} must be callable, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
 
 
 def _cuda_index(device: torch.device) -> int:
@@ -342,7 +335,7 @@ def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu")
         >>> print(peak_memory(two_then_one))
         cpu: peak 8,000 bytes, retained 2,000 bytes
     """
-    _check_callable("fn", fn)
+    check_callable("fn", fn)
     dev = _as_device("device", device)
     if dev.type == "cuda":
         return _cuda_peak(fn, dev)
@@ -394,8 +387,9 @@ def time_call(
 
     Args:
         fn: a callable taking no arguments.
-        repeats: measured calls, at least 1.
-        warmup: untimed calls first (caches, lazy initialisation), at least 0.
+        repeats: measured calls, at least 1 and at most :data:`MAX_CALLS`.
+        warmup: untimed calls first (caches, lazy initialisation), at least 0 and at
+            most :data:`MAX_CALLS`.
         device: ``"cpu"``, or the CUDA device to synchronize.
 
     Returns:
@@ -413,9 +407,9 @@ def time_call(
         >>> timing.repeats, timing.warmup, timing.best <= timing.median
         (5, 2, True)
     """
-    _check_callable("fn", fn)
-    check_int("repeats", repeats, minimum=1)
-    check_int("warmup", warmup, minimum=0)
+    check_callable("fn", fn)
+    check_int("repeats", repeats, minimum=1, maximum=MAX_CALLS)
+    check_int("warmup", warmup, minimum=0, maximum=MAX_CALLS)
     dev = _as_device("device", device)
     index: int | None = None
     if dev.type == "cuda":
@@ -467,6 +461,12 @@ def self_cpu_times(averages: Iterable[Any], *, top: int | None = None) -> dict[s
     """
     if top is not None:
         check_int("top", top, minimum=1)
+    if isinstance(averages, str | bytes) or not isinstance(averages, Iterable):
+        msg = (
+            "averages must be an iterable of profiler averages (prof.key_averages()), "
+            f"got {type(averages).__name__}: {_shown(averages)}"
+        )
+        raise TypeError(msg)
     pairs = []
     for entry in averages:
         if not (hasattr(entry, "key") and hasattr(entry, "self_cpu_time_total")):
@@ -508,6 +508,7 @@ def plot_self_cpu_time(averages: Iterable[Any], *, top: int = 10, ax: Axes | Non
     import matplotlib.pyplot as plt
 
     check_int("top", top, minimum=1)
+    check_axes("ax", ax)
     times = self_cpu_times(averages)
     total = sum(times.values())
     if total <= 0:
