@@ -64,14 +64,15 @@ def check_tensor(name: str, value: Any) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         msg = f"{name} must be a torch.Tensor, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
-    if value.layout != torch.strided:
-        msg = f"{name} must be a strided (dense) tensor, got layout {value.layout}"
-        raise ValueError(msg)
     if value.is_nested:
         msg = (
-            f"{name} must be a strided (dense) tensor, got a nested tensor (its components "
-            "have different shapes; pass them one by one, e.g. via tensor.unbind())"
+            f"{name} must be a strided (dense) tensor, got a nested tensor of layout "
+            f"{value.layout} (its components differ in shape: pass them one by one, e.g. "
+            "from tensor.unbind())"
         )
+        raise ValueError(msg)
+    if value.layout != torch.strided:
+        msg = f"{name} must be a strided (dense) tensor, got layout {value.layout}"
         raise ValueError(msg)
     return value
 
@@ -188,8 +189,7 @@ def check_seconds(name: str, value: Any) -> float:
         raise ValueError(msg)
     if not value <= MAX_SECONDS:  # also refuses infinity
         msg = (
-            f"{name} must be a finite number of seconds (at most {MAX_SECONDS:.0f}), "
-            f"got {value!r}"
+            f"{name} must be a finite number of seconds (at most {MAX_SECONDS:.0f}), got {value!r}"
         )
         raise ValueError(msg)
     return float(value)
@@ -362,9 +362,7 @@ def check_axes(name: str, value: Any) -> Axes | None:
     return value
 
 
-def check_mapping(
-    name: str, value: Any, keys: type, values: type, spelled: str
-) -> dict[Any, Any]:
+def check_mapping(name: str, value: Any, keys: type, values: type, spelled: str) -> dict[Any, Any]:
     """Return ``value`` as a dict if it is a mapping of ``keys`` to ``values`` instances.
 
     ``spelled`` says what was expected: ``"a mapping of str to tensors"``.

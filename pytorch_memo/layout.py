@@ -283,40 +283,40 @@ def storage_map(tensor: torch.Tensor) -> StorageMap:
     )
 
 
-def _address_layout(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Sizes and strides with the same set of element addresses, and as few elements.
+def _blocks(tensor: torch.Tensor) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """The tensor's element addresses as equal blocks: ``(block length, sizes, strides)``.
 
-    A dimension of size 1 adds no address, and one of stride 0 repeats the addresses of
-    the others (``expand``): dropping both leaves the same set of addresses.
+    Dimensions of size 1 add no address and those of stride 0 repeat the others' (as
+    ``expand`` does), so both are dropped. Taking the rest by increasing stride, a
+    dimension whose stride is at most one past the addresses covered so far extends a
+    gap-free range: those dimensions form one block of contiguous elements, and the
+    remaining (outer) dimensions say where copies of that block start.
     """
-    kept = [(n, s) for n, s in zip(tensor.shape, tensor.stride(), strict=True) if n > 1 and s]
-    return tuple(n for n, _ in kept), tuple(s for _, s in kept)
+    kept = sorted(
+        ((s, n) for n, s in zip(tensor.shape, tensor.stride(), strict=True) if n > 1 and s),
+    )
+    span = 0  # the block covers positions [0, span]
+    for i, (stride, size) in enumerate(kept):
+        if stride > span + 1:
+            outer = kept[i:]
+            return span + 1, tuple(n for _, n in outer), tuple(s for s, _ in outer)
+        span += (size - 1) * stride
+    return span + 1, (), ()
 
 
-def _is_dense(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """Whether the elements fill their extent with no gap (a permuted contiguous block)."""
-    expected = 1
-    for n, s in sorted(zip(sizes, strides, strict=True), key=lambda pair: pair[1]):
-        if s != expected:
-            return False
-        expected *= n
-    return True
-
-
-def _byte_starts(name: str, tensor: torch.Tensor, base: int) -> torch.Tensor:
-    """Sorted unique start addresses (relative to ``base``) of the elements' bytes."""
-    sizes, strides = _address_layout(tensor)
+def _block_starts(name: str, tensor: torch.Tensor, base: int) -> tuple[torch.Tensor, int]:
+    """Sorted unique byte addresses (relative to ``base``) where ``tensor``'s blocks
+    start, and the blocks' length in bytes."""
+    length, sizes, strides = _blocks(tensor)
     check_count(
         f"{name} of shape {tuple(tensor.shape)} and stride {tensor.stride()}", _numel(sizes),
-        limit=MAX_OFFSETS, what="distinct element addresses to compare",
-        work="shares_memory compares address lists when the byte ranges overlap and a "
-        "tensor has gaps",
+        limit=MAX_OFFSETS, what="separate blocks of memory to compare",
+        work="shares_memory lists where each block starts when the byte ranges overlap",
     )  # fmt: skip
     item = tensor.element_size()
-    first = tensor.data_ptr() - base
-    starts = strided_offsets(sizes, strides) * item + first
+    starts = strided_offsets(sizes, strides) * item + (tensor.data_ptr() - base)
     unique: torch.Tensor = torch.unique(starts.flatten())  # sorted
-    return unique
+    return unique, length * item
 
 
 def _byte_extent(tensor: torch.Tensor) -> tuple[int, int]:
@@ -334,10 +334,11 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     share no memory, and a view that starts at another offset still does. Tensors
     on different devices never share memory; empty tensors share none.
 
-    Disjoint byte ranges answer at once, and so do two tensors that each fill their
-    range without gaps (contiguous, transposed, permuted, expanded). Otherwise the check
-    lists every distinct element address, about 8 bytes each, for at most
-    :data:`MAX_OFFSETS` of them per tensor.
+    Disjoint byte ranges answer at once. Otherwise each tensor's elements are grouped
+    into equal blocks of contiguous memory (a whole contiguous, transposed or expanded
+    tensor is one block; a column slice of a matrix has a block per row) and the blocks'
+    start addresses are compared, about 8 bytes each, for at most :data:`MAX_OFFSETS`
+    blocks per tensor.
 
     Args:
         a: a strided tensor.
@@ -348,8 +349,8 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
     Raises:
         TypeError: ``a`` or ``b`` is not a tensor.
-        ValueError: ``a`` or ``b`` is not strided, or the exact check would list more
-            than :data:`MAX_OFFSETS` addresses of one of them.
+        ValueError: ``a`` or ``b`` is not strided, or the check would list more than
+            :data:`MAX_OFFSETS` blocks of one of them.
 
     Example:
         >>> import torch
@@ -367,17 +368,17 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     b_lo, b_hi = _byte_extent(b)
     if a_hi <= b_lo or b_hi <= a_lo:
         return False
-    if _is_dense(*_address_layout(a)) and _is_dense(*_address_layout(b)):
-        return True  # each covers its whole byte range, and the ranges overlap
     base = min(a_lo, b_lo)
-    a_starts = _byte_starts("a", a, base)
-    b_starts = _byte_starts("b", b, base)
-    # Every interval of ``a`` has the same length, so the latest-starting one that begins
-    # before an interval of ``b`` ends is also the one that reaches furthest.
-    b_last_byte = b_starts + (b.element_size() - 1)
+    a_starts, a_length = _block_starts("a", a, base)
+    b_starts, b_length = _block_starts("b", b, base)
+    if len(a_starts) == len(b_starts) == 1:
+        return True  # each fills its byte range without a gap, and the ranges overlap
+    # Every block of ``a`` has the same length, so the latest-starting one that begins
+    # before a block of ``b`` ends is also the one that reaches furthest.
+    b_last_byte = b_starts + (b_length - 1)
     idx = torch.searchsorted(a_starts, b_last_byte, right=True) - 1
     found = idx >= 0
-    reach = a_starts[idx.clamp(min=0)] + a.element_size()
+    reach = a_starts[idx.clamp(min=0)] + a_length
     return bool((found & (reach > b_starts)).any())
 
 

@@ -282,3 +282,12 @@ def test_plot_draws_top_operators_and_the_rest(averages: list) -> None:  # type:
 def test_plot_rejects_an_empty_run() -> None:
     with pytest.raises(ValueError, match=r"recorded no self CPU time"):
         plot_self_cpu_time([])
+
+
+def test_plot_and_averages_are_checked_by_name() -> None:
+    with profile() as prof:
+        torch.ones(10).sum()
+    with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes .*, got str: 'ax'"):
+        plot_self_cpu_time(prof.key_averages(), ax="ax")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"averages must be an iterable of profiler averages"):
+        self_cpu_times(3)  # type: ignore[arg-type]
