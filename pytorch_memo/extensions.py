@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import importlib.util
 import os
+import shlex
+import shutil
+import sys
 import sysconfig
 import time
 import warnings
@@ -29,7 +33,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-from pytorch_memo._checks import _shown, check_path, check_seconds
+from pytorch_memo._checks import (
+    check_identifier,
+    check_path,
+    check_seconds,
+    check_strings,
+    check_type,
+)
+from pytorch_memo._compat import cpp_extension_lock_is_a_file, cuda_toolkit_home
 
 __all__ = [
     "StaleLockWarning",
@@ -43,6 +54,7 @@ __all__ = [
 LOCK_NAME = "lock"  # torch's lock file in every build directory
 TURN_NAME = "lock.memo"  # the OS lock that builds through build_extension take turns on
 POLL_SECONDS = 0.1
+GUARD_DIR = ".memo-bin"  # in each build directory: the ninja wrapper (see _ninja_guard)
 
 
 class StaleLockWarning(UserWarning):
@@ -50,28 +62,62 @@ class StaleLockWarning(UserWarning):
 
 
 def _check_name(name: object) -> str:
-    if not isinstance(name, str):
-        msg = f"name must be a str, got {type(name).__name__}: {_shown(name)}"
-        raise TypeError(msg)
-    if not name.isidentifier():
-        msg = f"name must be a Python identifier (it names the module), got {name!r}"
+    """A module name that loading the extension will not take from another module.
+
+    CPython enters an extension module into ``sys.modules`` under its name when it
+    loads it: a name already there (``random``, ``os``, ``torch``) would replace that
+    module for the rest of the process, and an importable one (``numpy`` before its
+    first import) would be shadowed by the extension. Both are refused. A name whose
+    module in ``sys.modules`` is an extension built in a torch build directory (one
+    with a ``build.ninja``: an earlier ``build_extension`` or ``load_inline``) may be
+    built again.
+    """
+    checked = check_identifier("name", name, why="it names the module")
+    existing = sys.modules.get(checked)
+    if existing is not None:
+        where = getattr(existing, "__file__", None)
+        if where and (Path(where).parent / "build.ninja").is_file():
+            return checked  # an extension built before: torch versions or reloads it
+        msg = (
+            f"name must not be the name of an imported module, got {checked!r}: loading "
+            f"the extension would replace {existing!r} in sys.modules"
+        )
         raise ValueError(msg)
-    return name
+    try:
+        spec = importlib.util.find_spec(checked)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:
+        msg = (
+            f"name must not be the name of an importable module, got {checked!r}: the "
+            f"extension would shadow {checked} from {spec.origin}"
+        )
+        raise ValueError(msg)
+    return checked
 
 
-def _check_sources(name: str, value: object, *, required: bool) -> list[str]:
-    sources = [value] if isinstance(value, str) else value
-    if (
-        not isinstance(sources, Sequence)
-        or isinstance(sources, bytes)
-        or not all(isinstance(s, str) for s in sources)
-    ):
-        msg = f"{name} must be a str or a sequence of str, got {type(value).__name__}"
-        raise TypeError(msg)
-    if required and not "".join(sources).strip():
-        msg = f"{name} must hold some source code, got {_shown(value)}"
-        raise ValueError(msg)
-    return list(sources)
+def _check_cuda_build() -> None:
+    """Building CUDA sources needs nvcc and an architecture to compile for."""
+    if cuda_toolkit_home() is None:
+        msg = (
+            "cuda_sources needs the CUDA toolkit (nvcc), and torch found none: set "
+            "CUDA_HOME, or leave cuda_sources out"
+        )
+        raise RuntimeError(msg)
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch_cuda_available():
+        msg = (
+            "cuda_sources needs a GPU architecture to compile for: no GPU is visible "
+            "(torch.cuda.is_available() is False) and TORCH_CUDA_ARCH_LIST is not set; "
+            "set it (e.g. TORCH_CUDA_ARCH_LIST='8.0') to build without a GPU"
+        )
+        raise RuntimeError(msg)
+
+
+def torch_cuda_available() -> bool:
+    """``torch.cuda.is_available()``, asked only when CUDA sources are built."""
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
@@ -134,9 +180,7 @@ def _held_by_someone(path: Path) -> bool:
 
 def _torch_lock_is_a_file() -> bool:
     """Whether this torch's builds wait while the ``lock`` file merely exists (FileBaton)."""
-    from torch.utils import cpp_extension
-
-    return hasattr(cpp_extension, "FileBaton") or not hasattr(cpp_extension, "FileLock")
+    return cpp_extension_lock_is_a_file()
 
 
 def killed_build(build_directory: str | os.PathLike[str]) -> str | None:
@@ -258,9 +302,8 @@ def _clear(folder: Path, who: str | None) -> Path | None:
     return lock
 
 
-@contextmanager
-def _own_ninja_first() -> Iterator[None]:
-    """Put the ninja installed with this Python (the ``ninja`` dependency) first on PATH.
+def _real_ninja() -> str | None:
+    """The ninja to build with: the one installed with this Python, else one on PATH.
 
     ninja 1.12 and later write ``.ninja_log`` in a format older ninjas do not read, and
     the reverse: a build directory built by one version is rebuilt from scratch by the
@@ -269,11 +312,47 @@ def _own_ninja_first() -> Iterator[None]:
     """
     scripts = sysconfig.get_path("scripts")
     binary = "ninja.exe" if os.name == "nt" else "ninja"
-    if not scripts or not (Path(scripts) / binary).is_file():
-        yield  # no ninja of our own: torch finds one on PATH, or says it is missing
+    if scripts and (Path(scripts) / binary).is_file():
+        return str(Path(scripts) / binary)
+    return shutil.which(binary)
+
+
+def _write_if_changed(path: Path, text: str, mode: int) -> None:
+    """Replace ``path`` atomically with ``text`` unless it already holds it."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    temporary.chmod(mode)
+    os.replace(temporary, path)
+
+
+@contextmanager
+def _guarded_ninja(folder: Path) -> Iterator[None]:
+    """Put a ``ninja`` first on PATH that runs the real one under ``_ninja_guard``.
+
+    torch's ``load_inline`` finds ninja on ``PATH``. The wrapper, ``GUARD_DIR/ninja`` in
+    the build directory, runs ``_ninja_guard`` (see there): the compilers die with
+    ninja, and ninja with the building process.
+    """
+    real = _real_ninja()
+    if real is None:
+        yield  # no ninja: torch says it is missing
         return
+    guard = Path(__file__).with_name("_ninja_guard.py")
+    script = (
+        "#!/bin/sh\n"
+        f"exec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(guard))} "
+        f'{shlex.quote(real)} "$@"\n'
+    )
+    bindir = folder / GUARD_DIR
+    _write_if_changed(bindir / "ninja", script, 0o755)
     before = os.environ.get("PATH")
-    os.environ["PATH"] = os.pathsep.join([scripts, before]) if before else scripts
+    os.environ["PATH"] = os.pathsep.join([str(bindir), before]) if before else str(bindir)
     try:
         yield
     finally:
@@ -394,26 +473,28 @@ def build_extension(
         'bare_example'
     """
     _check_name(name)
-    cpp = _check_sources("cpp_sources", cpp_sources, required=True)
+    cpp = check_strings("cpp_sources", cpp_sources, required=True)
+    check_type("no_implicit_headers", no_implicit_headers, bool, "a bool")
+    check_type("verbose", verbose, bool, "a bool")
     cuda = (
-        None
-        if cuda_sources is None
-        else _check_sources("cuda_sources", cuda_sources, required=True)
+        None if cuda_sources is None else check_strings("cuda_sources", cuda_sources, required=True)
     )
-    names = None if functions is None else _check_sources("functions", functions, required=True)
+    names = None if functions is None else check_strings("functions", functions, required=True)
     flags = (
         None
         if extra_cflags is None
-        else _check_sources("extra_cflags", extra_cflags, required=False)
+        else check_strings("extra_cflags", extra_cflags, required=False)
     )
     timeout = check_seconds("wait_timeout", wait_timeout)
     root = default_build_root() if build_root is None else check_path("build_root", build_root)
     folder = root / name
+    if cuda is not None:
+        _check_cuda_build()
 
     from torch.utils import cpp_extension
 
     load_inline: Callable[..., object] = cpp_extension.load_inline  # untyped in torch
-    with _turn(folder, timeout=timeout), _own_ninja_first():
+    with _turn(folder, timeout=timeout), _guarded_ninja(folder):
         module = load_inline(
             name,
             cpp_sources=cpp,

@@ -14,7 +14,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from pytorch_memo._checks import (
     check_int,
     check_type,
 )
+from pytorch_memo._compat import cpu_allocations
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -256,34 +257,15 @@ class MemoryPeak:
         return f"{self.device}: peak {self.peak:,} bytes, retained {self.retained:,} bytes"
 
 
-def _walk(nodes: Iterable[Any]) -> Iterator[Any]:
-    for node in nodes:
-        yield node
-        yield from _walk(node.children)
-
-
 def _cpu_peak(fn: Callable[[], object]) -> MemoryPeak:
-    from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn()  # kept alive until the profile ends: it counts as retained
     del result
-    if prof.profiler is None or prof.profiler.kineto_results is None:  # pragma: no cover
-        msg = "the profiler recorded no results"
-        raise RuntimeError(msg)
-    tree = prof.profiler.kineto_results.experimental_event_tree()
-    allocations = sorted(
-        (
-            node
-            for node in _walk(tree)
-            if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu"
-        ),
-        key=lambda node: node.start_time_ns,
-    )
     level = peak = 0
-    for node in allocations:
-        level += node.extra_fields.alloc_size
+    for _, size in cpu_allocations(prof):
+        level += size
         peak = max(peak, level)
     return MemoryPeak(device="cpu", peak=peak, retained=level)
 

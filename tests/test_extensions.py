@@ -19,6 +19,7 @@ import pytest
 from filelock import FileLock
 from torch.utils.cpp_extension import get_default_build_root
 
+from pytorch_memo._procs import descendants
 from pytorch_memo.extensions import (
     StaleLockWarning,
     _torch_lock_is_a_file,
@@ -28,6 +29,7 @@ from pytorch_memo.extensions import (
     is_stale_lock,
     killed_build,
 )
+from tests.processes import no_orphans
 
 BARE = """
 #include <Python.h>
@@ -48,6 +50,7 @@ BUILD = textwrap.dedent(
     """
 )
 ROOT = Path(__file__).resolve().parent.parent
+SLOW_COMPILER = '#!/bin/sh\ncase " $* " in *" -c "*) sleep 60;; esac\nexec c++ "$@"\n'
 
 
 def _build_process(root: Path, **env: str) -> subprocess.Popen[str]:
@@ -69,21 +72,36 @@ def _wait_for(path: Path, *, seconds: float) -> None:
         time.sleep(0.05)
 
 
-def test_a_killed_build_leaves_a_stale_lock_that_the_next_build_clears(tmp_path: Path) -> None:
-    # A compiler that takes a minute, so the build is surely killed while compiling.
+def _slow_build(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A build process whose compiler is running (it takes a minute)."""
     slow = tmp_path / "slow-c++"
-    slow.write_text('#!/bin/sh\ncase " $* " in *" -c "*) sleep 60;; esac\nexec c++ "$@"\n')
+    slow.write_text(SLOW_COMPILER)
     slow.chmod(0o755)
     root = tmp_path / "extensions"
-    folder = root / "bare"
+    process = _build_process(root, CXX=str(slow))
+    _wait_for(root / "bare" / "build.ninja", seconds=120)  # written before ninja starts
+    deadline = time.monotonic() + 30
+    while not any("sleep" in _cmdline(pid) for pid in descendants(process.pid)):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the slow compiler did not start"
+        time.sleep(0.05)
+    return process, root / "bare"
 
-    killed = _build_process(root, CXX=str(slow))
-    _wait_for(folder / "build.ninja", seconds=120)  # written inside torch's lock, before ninja
-    time.sleep(1.0)  # ninja has started the (slow) compiler
-    assert killed.poll() is None, killed.communicate()
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.communicate()
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_a_killed_build_leaves_a_stale_lock_that_the_next_build_clears(tmp_path: Path) -> None:
+    with no_orphans():  # ninja's compiler runs in a process group of its own: it dies too
+        killed, folder = _slow_build(tmp_path)
+        os.killpg(killed.pid, signal.SIGKILL)  # the building process and its group
+        killed.communicate()
     assert killed.returncode == -signal.SIGKILL
+    root = folder.parent
 
     assert (folder / "lock").exists()
     assert killed_build(folder).startswith(f"pid {killed.pid}, started ")  # type: ignore[union-attr]
@@ -99,6 +117,28 @@ def test_a_killed_build_leaves_a_stale_lock_that_the_next_build_clears(tmp_path:
     assert f"the build (pid {killed.pid}, started " in err
     assert killed_build(folder) is None  # the finished build emptied its record
     assert list(folder.glob("*.so"))
+
+
+def test_an_interrupted_build_leaves_no_compiler_running(tmp_path: Path) -> None:
+    with no_orphans():
+        interrupted, folder = _slow_build(tmp_path)
+        interrupted.send_signal(signal.SIGINT)  # Ctrl-C: KeyboardInterrupt in load_inline
+        _, err = interrupted.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    assert interrupted.returncode != 0
+    assert killed_build(folder) is None  # the interrupted build emptied its record
+
+
+def test_a_build_whose_python_alone_is_killed_stops_too(tmp_path: Path) -> None:
+    with no_orphans():  # ninja dies with the Python that started it, its compiler with it
+        killed, folder = _slow_build(tmp_path)
+        killed.kill()  # SIGKILL to the Python process only
+        killed.communicate()
+    assert killed_build(folder) is not None  # its record says it was killed
+    again = _build_process(folder.parent)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert out.strip() == "built bare"
 
 
 def test_a_cached_build_loads_without_warnings(tmp_path: Path) -> None:
