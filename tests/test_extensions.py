@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from filelock import FileLock
 from torch.utils.cpp_extension import get_default_build_root
 
@@ -301,3 +302,59 @@ def test_stale_lock_checks_reject_a_non_path() -> None:
         is_stale_lock(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"start must be a str or os\.PathLike, got float"):
         default_build_root(start=1.5)  # type: ignore[arg-type]
+
+
+# -- issue 16: names that would replace a module; CUDA sources without CUDA ---------------
+
+
+@pytest.mark.parametrize("name", ["random", "os", "torch", "pytest"])
+def test_the_name_of_an_imported_module_is_refused(name: str, tmp_path: Path) -> None:
+    before = sys.modules[name]
+    with pytest.raises(
+        ValueError,
+        match=rf"name must not be the name of an imported module, got '{name}': loading the "
+        r"extension would replace <module",
+    ):
+        build_extension(name, BARE, no_implicit_headers=True, build_root=tmp_path)
+    assert sys.modules[name] is before
+    assert not (tmp_path / name).exists()  # refused before anything was written
+
+
+def test_the_name_of_an_importable_module_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "not_imported_yet.py").write_text("")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(ValueError, match=r"importable module, got 'not_imported_yet'.*shadow"):
+            build_extension("not_imported_yet", BARE, no_implicit_headers=True, build_root=tmp_path)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert "not_imported_yet" not in sys.modules
+
+
+def test_an_extension_may_be_built_again_under_its_name(tmp_path: Path) -> None:
+    first = build_extension("bare_again", BARE, no_implicit_headers=True, build_root=tmp_path)
+    assert sys.modules["bare_again"] is first  # CPython registers single-phase modules
+    second = build_extension("bare_again", BARE, no_implicit_headers=True, build_root=tmp_path)
+    assert second.__name__ == "bare_again"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_cuda_sources_without_a_gpu_or_architecture_get_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    with pytest.raises(RuntimeError, match=r"cuda_sources needs a GPU architecture to compile"):
+        build_extension(
+            "with_cuda", BARE, cuda_sources="__global__ void k() {}", build_root=tmp_path
+        )
+    monkeypatch.setattr("pytorch_memo.extensions.cuda_toolkit_home", lambda: None)
+    with pytest.raises(RuntimeError, match=r"cuda_sources needs the CUDA toolkit \(nvcc\)"):
+        build_extension(
+            "with_cuda", BARE, cuda_sources="__global__ void k() {}", build_root=tmp_path
+        )
+
+
+@pytest.mark.parametrize("wait_timeout", [float("inf"), float("nan"), 10.0**10])
+def test_wait_timeout_must_be_finite(wait_timeout: float, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"wait_timeout must be"):
+        build_extension("ok", BARE, build_root=tmp_path, wait_timeout=wait_timeout)
