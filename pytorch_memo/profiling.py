@@ -260,7 +260,9 @@ class MemoryPeak:
 def _cpu_peak(fn: Callable[[], object]) -> MemoryPeak:
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    # acc_events: torch 2.10 and 2.11 warn once per process without it ("Profiler clears
+    # events at the end of each cycle"); one cycle here, so accumulating changes nothing.
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         result = fn()  # kept alive until the profile ends: it counts as retained
     del result
     level = peak = 0
