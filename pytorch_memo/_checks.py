@@ -8,9 +8,11 @@ way everywhere. The limits that bound the helpers' work live here too.
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,10 +28,14 @@ MAX_SECONDS = 365 * 24 * 3600.0
 """The longest timeout a helper accepts: one year. Longer ones overflow some clocks
 (``datetime.timedelta``, ``threading``'s ``TIMEOUT_MAX``) and mean "forever"."""
 DEVICE_EXAMPLES = "'cpu', 'cuda', 'cuda:0', 'mps'"
+_FLOAT_MAX = sys.float_info.max
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4300 digits (sys.get_int_max_str_digits)
+        return f"<{type(value).__name__} too long to print>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -110,10 +116,10 @@ def check_int(
         msg = f"{name} must be an int, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
     if minimum is not None and value < minimum:
-        msg = f"{name} must be >= {minimum}, got {value}"
+        msg = f"{name} must be >= {minimum}, got {_shown(value)}"
         raise ValueError(msg)
     if maximum is not None and value > maximum:
-        msg = f"{name} must be <= {maximum}, got {value}"
+        msg = f"{name} must be <= {maximum}, got {_shown(value)}"
         raise ValueError(msg)
     return int(value)  # an int subclass (IntEnum, numpy's?) becomes a plain int
 
@@ -158,8 +164,8 @@ def check_number(
     if isinstance(value, bool) or not isinstance(value, int | float):
         msg = f"{name} must be a number, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
-    if isinstance(value, float) and not math.isfinite(value):
-        msg = f"{name} must be a finite number, got {value!r}"
+    if abs(value) > _FLOAT_MAX or not math.isfinite(value):  # huge ints do not fit a float
+        msg = f"{name} must be a finite number, got {_shown(value)}"
         raise ValueError(msg)
     if minimum is not None and value < minimum:
         msg = f"{name} must be >= {minimum}, got {value!r}"
@@ -185,12 +191,10 @@ def check_seconds(name: str, value: Any) -> float:
         msg = f"{name} must be a number of seconds, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
     if not value > 0:  # also refuses NaN
-        msg = f"{name} must be > 0 seconds, got {value!r}"
+        msg = f"{name} must be > 0 seconds, got {_shown(value)}"
         raise ValueError(msg)
     if not value <= MAX_SECONDS:  # also refuses infinity
-        msg = (
-            f"{name} must be a finite number of seconds (at most {MAX_SECONDS:.0f}), got {value!r}"
-        )
+        msg = f"{name} must be a finite number of seconds (at most {MAX_SECONDS:.0f}), got {_shown(value)}"
         raise ValueError(msg)
     return float(value)
 
@@ -214,18 +218,35 @@ def check_path(name: str, value: Any) -> Path:
     return path
 
 
-def check_callable(name: str, value: Any) -> Callable[..., Any]:
-    """Return ``value`` if it is callable; raise a TypeError naming ``name``.
+def check_callable(name: str, value: Any, *, no_arguments: bool = False) -> Callable[..., Any]:
+    """Return ``value`` if it is callable (``no_arguments``: without any); else TypeError.
 
     Example:
         >>> check_callable("fn", 3)
         Traceback (most recent call last):
         ...
         TypeError: fn must be callable, got int: 3
+        >>> check_callable("fn", lambda x: x, no_arguments=True)
+        Traceback (most recent call last):
+        ...
+        TypeError: fn must be callable without arguments (wrap them in a lambda), got a callable with signature (x)
     """
     if not callable(value):
         msg = f"{name} must be callable, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
+    if no_arguments:
+        try:
+            signature = inspect.signature(value)
+        except (TypeError, ValueError):  # some builtins have none: call them and see
+            return value  # type: ignore[no-any-return]
+        try:
+            signature.bind()
+        except TypeError:
+            msg = (
+                f"{name} must be callable without arguments (wrap them in a lambda), got "
+                f"a callable with signature {signature}"
+            )
+            raise TypeError(msg) from None
     return value  # type: ignore[no-any-return]
 
 

@@ -156,11 +156,18 @@ def autograd_graph(
         2: MulBackward0 -> 3:AccumulateGrad
         3: AccumulateGrad [x (3,)]
     """
-    check_tensor("tensor", tensor)
+    return _walk_graph("tensor", tensor, names)
+
+
+def _walk_graph(
+    name: str, tensor: torch.Tensor, names: Mapping[str, torch.Tensor] | None
+) -> AutogradGraph:
+    """:func:`autograd_graph`, its errors naming the argument ``name``."""
+    check_tensor(name, tensor)
     labels = _check_names(names)
     if not tensor.requires_grad:
         msg = (
-            "tensor must require grad to have an autograd graph, got a tensor with "
+            f"{name} must require grad to have an autograd graph, got a tensor with "
             "requires_grad=False (detached, created under no_grad, or never tracked)"
         )
         raise ValueError(msg)
@@ -176,7 +183,7 @@ def autograd_graph(
                 continue
             if id(child) not in index:
                 if len(keep) >= MAX_NODES:
-                    msg = f"tensor's graph has more than {MAX_NODES} nodes; too many to walk"
+                    msg = f"{name}'s graph has more than {MAX_NODES} nodes; too many to walk"
                     raise ValueError(msg)
                 index[id(child)] = len(keep)
                 keep.append(child)
@@ -202,7 +209,7 @@ def _check_names(names: object) -> dict[str, torch.Tensor]:
 
 def _as_graph(graph: object, names: Mapping[str, torch.Tensor] | None) -> AutogradGraph:
     if isinstance(graph, torch.Tensor):
-        return autograd_graph(graph, names=names)
+        return _walk_graph("graph", graph, names)
     if not isinstance(graph, AutogradGraph):
         msg = f"graph must be an AutogradGraph or a torch.Tensor, got {type(graph).__name__}"
         raise TypeError(msg)

@@ -120,7 +120,7 @@ def _operands(
 ) -> list[tuple[str, tuple[int, ...]]]:
     items = named_arguments(operands, named, prefix="arg")
     if not items:
-        msg = "expected at least one shape or tensor, got none"
+        msg = "operands must hold at least one shape or tensor, got none"
         raise ValueError(msg)
     return [(name, _shape_of(name, op)) for name, op in items]
 

@@ -409,7 +409,7 @@ def ddp_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
     """
     _check_seed(seed)
     check_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH)
-    _check_lr(lr)
+    rate = _check_lr(lr)
     _require_group("ddp_step")
     rank, world = dist.get_rank(), dist.get_world_size()
     if batch_size % world:
@@ -418,7 +418,7 @@ def ddp_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
     model = nn.parallel.DistributedDataParallel(make_model(seed))
     x, y = make_batch(seed, batch_size)
     shard = slice(rank * batch_size // world, (rank + 1) * batch_size // world)
-    return {"rank": rank, **_step(model, x[shard], y[shard], lr)}
+    return {"rank": rank, **_step(model, x[shard], y[shard], rate)}
 
 
 def reference_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
@@ -435,9 +435,9 @@ def reference_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any
         >>> sorted(reference_step(0, 8)["grads"])
         ['0.bias', '0.weight', '2.bias', '2.weight']
     """
-    _check_lr(lr)
+    rate = _check_lr(lr)
     x, y = make_batch(seed, batch_size)
-    return _step(make_model(seed), x, y, lr)
+    return _step(make_model(seed), x, y, rate)
 
 
 def run_torchrun(*, nproc: int = 2, timeout: float = 60.0) -> list[dict[str, Any]]:

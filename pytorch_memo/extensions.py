@@ -445,10 +445,14 @@ def build_extension(
 
     Raises:
         TypeError: an argument has the wrong type.
-        ValueError: ``name`` is not an identifier, ``cpp_sources`` is empty, or
-            ``wait_timeout`` is not positive.
+        ValueError: ``name`` is not an identifier or is the name of an imported or
+            importable module (loading the extension would replace it in
+            ``sys.modules``), ``cpp_sources`` is empty, or ``wait_timeout`` is not
+            positive and finite.
         TimeoutError: another live build held the turn for ``wait_timeout`` seconds.
-        RuntimeError: the compiler or linker failed (torch's message).
+        RuntimeError: the compiler or linker failed (torch's message), or
+            ``cuda_sources`` were given without a CUDA toolkit or target architecture.
+        ImportError: the built library does not import as module ``name``.
 
     Warns:
         StaleLockWarning: a killed build's lock file was removed.
@@ -495,16 +499,25 @@ def build_extension(
 
     load_inline: Callable[..., object] = cpp_extension.load_inline  # untyped in torch
     with _turn(folder, timeout=timeout), _guarded_ninja(folder):
-        module = load_inline(
-            name,
-            cpp_sources=cpp,
-            cuda_sources=cuda,
-            functions=names,
-            extra_cflags=flags,
-            build_directory=str(folder),
-            no_implicit_headers=no_implicit_headers,
-            verbose=verbose,
-        )
+        try:
+            module = load_inline(
+                name,
+                cpp_sources=cpp,
+                cuda_sources=cuda,
+                functions=names,
+                extra_cflags=flags,
+                build_directory=str(folder),
+                no_implicit_headers=no_implicit_headers,
+                verbose=verbose,
+            )
+        except ImportError as error:
+            msg = (
+                f"the library built from cpp_sources in {folder} does not import as module "
+                f"{name!r}: {error} (without torch's headers the sources must define "
+                f"PyInit_{name} themselves; an undefined symbol is a declaration without a "
+                "definition)"
+            )
+            raise ImportError(msg, name=name) from error
     if not isinstance(module, ModuleType):  # pragma: no cover - load_inline's contract
         msg = f"load_inline returned {type(module).__name__}, not a module"
         raise TypeError(msg)

@@ -306,7 +306,8 @@ def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu")
         A :class:`MemoryPeak` in bytes.
 
     Raises:
-        TypeError: ``fn`` is not callable, or ``device`` is not a str or device.
+        TypeError: ``fn`` is not callable without arguments, or ``device`` is not a str
+            or device.
         ValueError: ``device`` is neither CPU nor CUDA.
         RuntimeError: ``device`` is CUDA on a machine without it.
 
@@ -319,7 +320,7 @@ def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu")
         >>> print(peak_memory(two_then_one))
         cpu: peak 8,000 bytes, retained 2,000 bytes
     """
-    check_callable("fn", fn)
+    check_callable("fn", fn, no_arguments=True)
     dev = _as_device("device", device)
     if dev.type == "cuda":
         return _cuda_peak(fn, dev)
@@ -380,7 +381,7 @@ def time_call(
         A :class:`Timing` (seconds).
 
     Raises:
-        TypeError: ``fn`` is not callable, or a count is not an int.
+        TypeError: ``fn`` is not callable without arguments, or a count is not an int.
         ValueError: ``repeats < 1``, ``warmup < 0``, or an unknown device.
         RuntimeError: ``device`` is CUDA on a machine without it.
 
@@ -391,7 +392,7 @@ def time_call(
         >>> timing.repeats, timing.warmup, timing.best <= timing.median
         (5, 2, True)
     """
-    check_callable("fn", fn)
+    check_callable("fn", fn, no_arguments=True)
     check_int("repeats", repeats, minimum=1, maximum=MAX_CALLS)
     check_int("warmup", warmup, minimum=0, maximum=MAX_CALLS)
     dev = _as_device("device", device)
@@ -445,7 +446,7 @@ def self_cpu_times(averages: Iterable[Any], *, top: int | None = None) -> dict[s
     """
     if top is not None:
         check_int("top", top, minimum=1)
-    if isinstance(averages, str | bytes) or not isinstance(averages, Iterable):
+    if isinstance(averages, str | bytes | torch.Tensor) or not isinstance(averages, Iterable):
         msg = (
             "averages must be an iterable of profiler averages (prof.key_averages()), "
             f"got {type(averages).__name__}: {_shown(averages)}"

@@ -118,7 +118,7 @@ def test_the_size_zero_case_names_the_trailing_dimension() -> None:
 @pytest.mark.parametrize(
     ("args", "named", "error", "match"),
     [
-        ((), {}, ValueError, "expected at least one shape or tensor, got none"),
+        ((), {}, ValueError, "operands must hold at least one shape or tensor, got none"),
         (((2, -1),), {}, ValueError, r"arg0\[1\] must be >= 0, got -1"),
         ((), {"x": (2, 1.5)}, TypeError, r"x\[1\] must be an int, got float"),
         ((), {"x": 3}, TypeError, "x must be a shape .* or a tensor, got int"),

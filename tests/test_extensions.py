@@ -358,3 +358,10 @@ def test_cuda_sources_without_a_gpu_or_architecture_get_a_clear_error(
 def test_wait_timeout_must_be_finite(wait_timeout: float, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"wait_timeout must be"):
         build_extension("ok", BARE, build_root=tmp_path, wait_timeout=wait_timeout)
+
+
+def test_a_library_that_is_not_a_module_gets_a_clear_import_error(tmp_path: Path) -> None:
+    with pytest.raises(ImportError, match=r"does not import as module 'not_a_module'.*PyInit_"):
+        build_extension(
+            "not_a_module", "int f() { return 1; }", no_implicit_headers=True, build_root=tmp_path
+        )
