@@ -329,7 +329,10 @@ def _check_seed(seed: object) -> int:
     return check_int("seed", seed, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1])
 
 
-def _check_lr(lr: object) -> float:
+def _check_step(seed: object, batch_size: object, lr: object) -> float:
+    """Check a step's arguments; return the learning rate as a float."""
+    _check_seed(seed)
+    check_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH)
     return check_number("lr", lr)
 
 
@@ -407,9 +410,7 @@ def ddp_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
         >>> all(torch.equal(a["grads"][n], b["grads"][n]) for n in a["grads"])
         True
     """
-    _check_seed(seed)
-    check_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH)
-    rate = _check_lr(lr)
+    rate = _check_step(seed, batch_size, lr)
     _require_group("ddp_step")
     rank, world = dist.get_rank(), dist.get_world_size()
     if batch_size % world:
@@ -435,7 +436,7 @@ def reference_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any
         >>> sorted(reference_step(0, 8)["grads"])
         ['0.bias', '0.weight', '2.bias', '2.weight']
     """
-    rate = _check_lr(lr)
+    rate = _check_step(seed, batch_size, lr)
     x, y = make_batch(seed, batch_size)
     return _step(make_model(seed), x, y, rate)
 
