@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -169,12 +170,29 @@ def test_an_interrupt_stops_the_ranks_at_once() -> None:
         signal.signal(signal.SIGALRM, previous)
 
 
-def test_a_torchrun_timeout_kills_its_workers() -> None:
+def test_a_torchrun_timeout_kills_its_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every worker torchrun starts (they have LOCAL_RANK) records its pid, then hangs:
+    # Python imports sitecustomize from PYTHONPATH at startup.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, time\n"
+        "if 'LOCAL_RANK' in os.environ:\n"
+        f"    open(os.path.join({str(tmp_path)!r}, 'rank-' + os.environ['LOCAL_RANK']), 'w')"
+        ".write(str(os.getpid()))\n"
+        "    time.sleep(120)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{root}")
     with no_orphans():  # torchrun's workers run in sessions of their own
         start = time.monotonic()
         with pytest.raises(subprocess.TimeoutExpired):
-            run_torchrun(nproc=2, timeout=2.5)
-        assert time.monotonic() - start < 2.5 + 5
+            run_torchrun(nproc=2, timeout=20)
+        assert time.monotonic() - start < 20 + 5
+    workers = sorted(tmp_path.glob("rank-*"))
+    assert len(workers) == 2, "torchrun did not get as far as starting its workers"
+    for record in workers:
+        assert not _alive(int(record.read_text()))
 
 
 @pytest.mark.parametrize("timeout", [float("inf"), 1e300, -float("inf")])
