@@ -112,6 +112,18 @@ class ResultTable:
     table says more below its rows); the class variables choose the HTML table's CSS
     class, right-aligned text columns, and ``<code>`` cells. Subclasses that are
     dataclasses pass ``repr=False`` so that ``repr`` stays the text table.
+
+    Example:
+        >>> class Sizes(ResultTable):
+        ...     _css_class = "memo-sizes"
+        ...     def _headers(self): return ("name", "size")
+        ...     def _cells(self): return [("x", "3"), (Cell("total", bold=True), "3")]
+        >>> print(Sizes())
+        name   size
+        x      3
+        total  3
+        >>> Sizes()._repr_html_()[-56:]
+        '<tr><td><b>total</b></td><td>3</td></tr></tbody></table>'
     """
 
     _css_class: ClassVar[str]

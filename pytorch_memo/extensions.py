@@ -14,6 +14,21 @@ build, blocking nothing.
 of their own (``lock.memo``, which also records who is building); the next one to get
 the turn sees the record a killed build left, removes the dead build's ``lock`` and
 says so with a :class:`StaleLockWarning` that names the path, then builds.
+
+A killed build must not leave its compilers running either: ninja starts each command
+in a process group of its own, so killing the build (or its process group) used to
+leave the compiler and linker running as orphans, competing with the next build. Builds
+through :func:`build_extension` run ninja under a guard (``_ninja_guard``, Linux): ninja
+gets a session of its own, dies when the building Python dies, and when ninja ends, by
+any means, whatever is left of its session is killed. So on Linux no compiler outlives
+
+- a ``KeyboardInterrupt`` (Ctrl-C, Jupyter's "interrupt kernel") or any exception in the
+  building process: torch kills ninja, the guard kills the rest;
+- the building process killed, alone or with its process group (``SIGKILL`` included).
+
+Not covered: the guard itself killed by ``SIGKILL`` (with ninja's whole session, say),
+commands that leave the session on purpose (``setsid``, as a compiler cache's server
+does), and systems without ``prctl`` (macOS), where ninja runs unguarded.
 """
 
 from __future__ import annotations

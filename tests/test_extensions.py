@@ -244,7 +244,10 @@ def test_waits_for_a_live_build_then_names_the_path(tmp_path: Path) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)  # another builder has the turn
     try:
         start = time.monotonic()
-        with pytest.raises(TimeoutError, match=r"waited 0.3 s for .*lock.memo: a live process"):
+        with (
+            no_orphans(),
+            pytest.raises(TimeoutError, match=r"waited 0.3 s for .*lock.memo: a live process"),
+        ):
             build_extension("bare", BARE, build_root=tmp_path, wait_timeout=0.3)
         assert 0.3 <= time.monotonic() - start < 5
     finally:
