@@ -8,6 +8,7 @@ way everywhere. The limits that bound the helpers' work live here too.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import math
 import os
@@ -312,6 +313,47 @@ def check_identifier(name: str, value: Any, *, why: str) -> str:
         msg = f"{name} must be a Python identifier ({why}), got {value!r}"
         raise ValueError(msg)
     return value
+
+
+def check_module_name(name: str, value: Any) -> str:
+    """Return ``value`` if it names a new module: an identifier no other module has.
+
+    CPython enters an extension module into ``sys.modules`` under its name when it
+    loads it: a name already there (``random``, ``os``, ``torch``) would replace that
+    module for the rest of the process, and an importable one (``numpy`` before its
+    first import) would be shadowed. Both are refused. A name whose module in
+    ``sys.modules`` is an extension built in a torch build directory (one with a
+    ``build.ninja``: an earlier ``build_extension`` or ``load_inline``) is accepted:
+    building it again is how an extension is rebuilt or reloaded.
+
+    Example:
+        >>> check_module_name("name", "os")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: name must not be the name of an imported module, got 'os': loading the extension would replace <module 'os' ...> in sys.modules
+    """
+    checked = check_identifier(name, value, why="it names the module")
+    existing = sys.modules.get(checked)
+    if existing is not None:
+        where = getattr(existing, "__file__", None)
+        if where and (Path(where).parent / "build.ninja").is_file():
+            return checked
+        msg = (
+            f"{name} must not be the name of an imported module, got {checked!r}: loading "
+            f"the extension would replace {existing!r} in sys.modules"
+        )
+        raise ValueError(msg)
+    try:
+        spec = importlib.util.find_spec(checked)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:
+        msg = (
+            f"{name} must not be the name of an importable module, got {checked!r}: the "
+            f"extension would shadow {checked} from {spec.origin}"
+        )
+        raise ValueError(msg)
+    return checked
 
 
 def check_device(

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import importlib.util
 import os
 import shlex
 import shutil
@@ -49,7 +48,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pytorch_memo._checks import (
-    check_identifier,
+    check_module_name,
     check_path,
     check_seconds,
     check_strings,
@@ -74,41 +73,6 @@ GUARD_DIR = ".memo-bin"  # in each build directory: the ninja wrapper (see _ninj
 
 class StaleLockWarning(UserWarning):
     """A build directory held a lock file that no live process holds; it was removed."""
-
-
-def _check_name(name: object) -> str:
-    """A module name that loading the extension will not take from another module.
-
-    CPython enters an extension module into ``sys.modules`` under its name when it
-    loads it: a name already there (``random``, ``os``, ``torch``) would replace that
-    module for the rest of the process, and an importable one (``numpy`` before its
-    first import) would be shadowed by the extension. Both are refused. A name whose
-    module in ``sys.modules`` is an extension built in a torch build directory (one
-    with a ``build.ninja``: an earlier ``build_extension`` or ``load_inline``) may be
-    built again.
-    """
-    checked = check_identifier("name", name, why="it names the module")
-    existing = sys.modules.get(checked)
-    if existing is not None:
-        where = getattr(existing, "__file__", None)
-        if where and (Path(where).parent / "build.ninja").is_file():
-            return checked  # an extension built before: torch versions or reloads it
-        msg = (
-            f"name must not be the name of an imported module, got {checked!r}: loading "
-            f"the extension would replace {existing!r} in sys.modules"
-        )
-        raise ValueError(msg)
-    try:
-        spec = importlib.util.find_spec(checked)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None:
-        msg = (
-            f"name must not be the name of an importable module, got {checked!r}: the "
-            f"extension would shadow {checked} from {spec.origin}"
-        )
-        raise ValueError(msg)
-    return checked
 
 
 def _check_cuda_build() -> None:
@@ -491,7 +455,7 @@ def build_extension(
         >>> module.__name__
         'bare_example'
     """
-    _check_name(name)
+    check_module_name("name", name)
     cpp = check_strings("cpp_sources", cpp_sources, required=True)
     check_type("no_implicit_headers", no_implicit_headers, bool, "a bool")
     check_type("verbose", verbose, bool, "a bool")
