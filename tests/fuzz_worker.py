@@ -1,6 +1,6 @@
 """The process that runs tests/test_fuzz.py's hostile calls, under a memory limit.
 
-Started by the test as ``python -c "from tests.fuzz_worker import main; main()" LOG``
+Started by the test as ``python -c "from tests.fuzz_worker import main; main()" LOG DIR``
 (imported under its own name, so that the :class:`Spec` objects the test pickles are
 this module's). It imports every helper,
 then limits its own address space (``RLIMIT_AS``: what it has mapped after the imports
@@ -425,7 +425,7 @@ def main() -> None:
         "archive", "profiling", "extensions", "devices", "distributed", "losses", "checks",
     ):  # fmt: skip
         importlib.import_module(f"pytorch_memo.{module}")
-    root = Path(tempfile.mkdtemp(prefix="memo-fuzz-"))
+    root = Path(tempfile.mkdtemp(prefix="calls-", dir=sys.argv[2]))  # the test removes it
     _warm_up()  # what the calls use lazily is mapped before the limit, not counted as theirs
     limit = _limit_memory()
     send(channel_out, {"ready": True, "limit": limit, "pid": os.getpid()})

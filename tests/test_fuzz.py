@@ -598,7 +598,13 @@ class Worker:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
         self.process = subprocess.Popen(
             # imported as tests.fuzz_worker (not __main__), so the pickled Specs are its own
-            [sys.executable, "-c", "from tests.fuzz_worker import main; main()", str(self.log)],
+            [
+                sys.executable,
+                "-c",
+                "from tests.fuzz_worker import main; main()",
+                str(self.log),
+                str(self.log.parent),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=ROOT,
