@@ -305,9 +305,13 @@ def _write_if_changed(path: Path, text: str, mode: int) -> None:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    temporary.chmod(mode)
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(text)
+        temporary.chmod(mode)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 @contextmanager
