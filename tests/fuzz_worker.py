@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 
 class _Repr(reprlib.Repr):
@@ -66,13 +66,13 @@ class CallerError(Exception):
 # -- framing ------------------------------------------------------------------------------
 
 
-def send(pipe: BinaryIO, value: object) -> None:
+def send(pipe: IO[bytes], value: object) -> None:
     data = pickle.dumps(value)
     pipe.write(struct.pack(">Q", len(data)) + data)
     pipe.flush()
 
 
-def receive(pipe: BinaryIO) -> Any:
+def receive(pipe: IO[bytes]) -> Any:
     header = pipe.read(8)
     if len(header) < 8:
         raise EOFError

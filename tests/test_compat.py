@@ -71,7 +71,7 @@ def test_the_lock_file_blocks_builds_exactly_when_it_is_a_file_baton(tmp_path: P
     if cpp_extension_lock_is_a_file():
         assert not cpp_extension.FileBaton(str(lock)).try_acquire()
     else:
-        held = cpp_extension.FileLock(str(lock))
+        held = cpp_extension.FileLock(str(lock))  # type: ignore[attr-defined]
         held.acquire(timeout=0)  # does not wait for the file
         held.release()
 

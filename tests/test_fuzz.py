@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -176,12 +176,13 @@ class Arguments:
             slot: [arg.valid[0]] if self.always_one or slot.startswith("#") else []
             for slot, arg in self.slots()
         }
+        bodies: list[str | None] = list(self.body) if self.body else [None]
         if not self.always_one:  # a valid call of those would start processes or builds
-            for body in self.body or [None]:
+            for body in bodies:
                 yield self.build(base, body)
         for slot, arg in self.slots():
             for value in [*arg.valid[1:], *arg.hostile]:
-                yield self.build({**base, slot: [value]}, (self.body or [None])[0])
+                yield self.build({**base, slot: [value]}, bodies[0])
 
 
 def calls(
@@ -632,10 +633,10 @@ class Worker:
             self.start()
         assert self.process is not None
         assert self.process.stdin is not None
-        stdin: BinaryIO = self.process.stdin
+        stdin = self.process.stdin
         start = time.monotonic()
         send(stdin, (helper, call.args, call.kwargs, call.body))
-        reply = self._receive(CALL_SECONDS)
+        reply: dict[str, Any] | None = self._receive(CALL_SECONDS)
         if reply is None:
             reply = {"outcome": "hang", "seconds": CALL_SECONDS, "log": self.tail()}
         if reply["outcome"] in ("hang", "crash"):
