@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.autograd.graph import get_gradient_edge
 
-from pytorch_memo._checks import check_tensor
+from pytorch_memo._checks import check_axes, check_mapping, check_tensor, check_type
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["AutogradGraph", "GraphEdge", "GraphNode", "autograd_graph", "plot_autograd_graph"]
 
 MAX_NODES = 500
+MAX_INCHES = 40.0  # a new figure's largest side: a wide graph gets narrow boxes instead
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,11 +156,18 @@ def autograd_graph(
         2: MulBackward0 -> 3:AccumulateGrad
         3: AccumulateGrad [x (3,)]
     """
-    check_tensor("tensor", tensor)
+    return _walk_graph("tensor", tensor, names)
+
+
+def _walk_graph(
+    name: str, tensor: torch.Tensor, names: Mapping[str, torch.Tensor] | None
+) -> AutogradGraph:
+    """:func:`autograd_graph`, its errors naming the argument ``name``."""
+    check_tensor(name, tensor)
     labels = _check_names(names)
     if not tensor.requires_grad:
         msg = (
-            "tensor must require grad to have an autograd graph, got a tensor with "
+            f"{name} must require grad to have an autograd graph, got a tensor with "
             "requires_grad=False (detached, created under no_grad, or never tracked)"
         )
         raise ValueError(msg)
@@ -175,7 +183,7 @@ def autograd_graph(
                 continue
             if id(child) not in index:
                 if len(keep) >= MAX_NODES:
-                    msg = f"tensor's graph has more than {MAX_NODES} nodes; too many to walk"
+                    msg = f"{name}'s graph has more than {MAX_NODES} nodes; too many to walk"
                     raise ValueError(msg)
                 index[id(child)] = len(keep)
                 keep.append(child)
@@ -196,22 +204,12 @@ def autograd_graph(
 def _check_names(names: object) -> dict[str, torch.Tensor]:
     if names is None:
         return {}
-    if not isinstance(names, Mapping):
-        msg = f"names must be a mapping of str to tensors, got {type(names).__name__}"
-        raise TypeError(msg)
-    for key, value in names.items():
-        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
-            msg = (
-                "names must be a mapping of str to tensors, got an item "
-                f"{type(key).__name__}: {type(value).__name__} ({key!r})"
-            )
-            raise TypeError(msg)
-    return dict(names)
+    return check_mapping("names", names, str, torch.Tensor, "a mapping of str to tensors")
 
 
 def _as_graph(graph: object, names: Mapping[str, torch.Tensor] | None) -> AutogradGraph:
     if isinstance(graph, torch.Tensor):
-        return autograd_graph(graph, names=names)
+        return _walk_graph("graph", graph, names)
     if not isinstance(graph, AutogradGraph):
         msg = f"graph must be an AutogradGraph or a torch.Tensor, got {type(graph).__name__}"
         raise TypeError(msg)
@@ -254,7 +252,8 @@ def plot_autograd_graph(
         The axes drawn on; each node's box holds one text with the node's name.
 
     Raises:
-        TypeError: ``graph`` is neither a graph nor a tensor.
+        TypeError: ``graph`` is neither a graph nor a tensor, ``ax`` is not matplotlib
+            axes, or ``title`` is not a str.
         ValueError: see :func:`autograd_graph`.
 
     Example:
@@ -267,6 +266,8 @@ def plot_autograd_graph(
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+    check_axes("ax", ax)
+    check_type("title", title, (str, type(None)), "a str or None")
     graph = _as_graph(graph, names)
     depth = _depths(graph)
     rows: dict[int, list[int]] = {}
@@ -278,7 +279,8 @@ def plot_autograd_graph(
         for k, i in enumerate(members):
             position[i] = ((k + 0.5) * width / len(members), -1.2 * level)
     if ax is None:
-        _, ax = plt.subplots(figsize=(max(3.0, 2.4 * width), 0.3 + 0.9 * len(rows)))
+        size = (min(max(3.0, 2.4 * width), MAX_INCHES), min(0.3 + 0.9 * len(rows), MAX_INCHES))
+        _, ax = plt.subplots(figsize=size)
     box_w, box_h = 1.9, 0.55
     for edge in graph.edges:
         (x0, y0), (x1, y1) = position[edge.source], position[edge.target]

@@ -6,15 +6,13 @@ right as torch does, and :func:`plot_broadcast` draws that alignment.
 
 from __future__ import annotations
 
-import html
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytorch_memo._checks import check_int
-from pytorch_memo._table import named_arguments, text_table
+from pytorch_memo._checks import INT64_MAX, check_axes, check_ints, check_type
+from pytorch_memo._table import Cell, ResultTable, named_arguments
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -27,6 +25,8 @@ __all__ = [
     "plot_broadcast",
 ]
 
+MAX_PLOTTED = 16
+"""The most operands, and dimensions, :func:`plot_broadcast` draws."""
 MISSING = "·"
 STRETCHED = "*"
 
@@ -70,61 +70,49 @@ class BroadcastRow:
         )
 
 
-@dataclass(frozen=True)
-class BroadcastTable:
+_LEGEND = f"({MISSING} no such dimension, {STRETCHED} size 1 repeated to the result's size)"
+_MISSING_STYLE = "color:#999"
+_STRETCHED_STYLE = "background:#fde2c8"
+
+
+@dataclass(frozen=True, repr=False)
+class BroadcastTable(ResultTable):
     """The operands of a broadcast, aligned from the right, and the result's shape."""
 
     rows: tuple[BroadcastRow, ...]
     result: tuple[int, ...]
+    _css_class = "memo-broadcast"
+    _align_right = True
 
-    def _lines(self) -> list[tuple[str, ...]]:
-        ndim = len(self.result)
-        head = ("dim", *(str(d) for d in range(-ndim, 0)))
-        body = [(row.name, *row.cells()) for row in self.rows]
-        return [head, *body, ("result", *map(str, self.result))]
+    def _headers(self) -> tuple[str, ...]:
+        return ("dim", *(str(d) for d in range(-len(self.result), 0)))
 
-    def __str__(self) -> str:
-        legend = f"({MISSING} no such dimension, {STRETCHED} size 1 repeated to the result's size)"
-        return text_table(self._lines(), align_right=True) + "\n" + legend
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        head, *_ = self._lines()
-        parts = ['<table class="memo-broadcast"><thead><tr>']
-        parts += [f"<th>{html.escape(h)}</th>" for h in head]
-        parts.append("</tr></thead><tbody>")
+    def _cells(self) -> list[tuple[str | Cell, ...]]:
+        body: list[tuple[str | Cell, ...]] = []
         for row in self.rows:
-            parts.append(f"<tr><td>{html.escape(row.name)}</td>")
-            for cell, size, wide in zip(row.cells(), row.aligned, row.stretched, strict=True):
-                style = (
-                    ' style="color:#999"'
-                    if size is None
-                    else ' style="background:#fde2c8"'
-                    if wide
-                    else ""
+            cells = [
+                Cell(
+                    cell,
+                    style=_MISSING_STYLE if size is None else _STRETCHED_STYLE if wide else "",
                 )
-                parts.append(f"<td{style}>{html.escape(cell)}</td>")
-            parts.append("</tr>")
-        parts.append("<tr><td><b>result</b></td>")
-        parts += [f"<td><b>{n}</b></td>" for n in self.result]
-        parts.append("</tr></tbody></table>")
-        return "".join(parts)
+                for cell, size, wide in zip(row.cells(), row.aligned, row.stretched, strict=True)
+            ]
+            body.append((row.name, *cells))
+        body.append((Cell("result", bold=True), *(Cell(str(n), bold=True) for n in self.result)))
+        return body
+
+    def _note(self) -> tuple[str, str]:
+        return _LEGEND, ""
 
 
 def _shape_of(name: str, operand: Any) -> tuple[int, ...]:
     if isinstance(operand, torch.Tensor):
+        if operand.is_nested:
+            msg = f"{name} must be a shape or a tensor with one shape, got a nested tensor"
+            raise ValueError(msg)
         return tuple(operand.shape)
-    if isinstance(operand, (str, bytes)) or not isinstance(operand, Sequence):
-        msg = (
-            f"{name} must be a shape (a sequence of ints) or a tensor, "
-            f"got {type(operand).__name__}: {operand!r}"
-        )
-        raise TypeError(msg)
-    for i, size in enumerate(operand):
-        check_int(f"{name}[{i}]", size, minimum=0)
-    return tuple(operand)
+    spelled = "a shape (a sequence of ints) or a tensor"
+    return check_ints(name, operand, minimum=0, maximum=INT64_MAX, spelled=spelled)
 
 
 def _operands(
@@ -132,7 +120,7 @@ def _operands(
 ) -> list[tuple[str, tuple[int, ...]]]:
     items = named_arguments(operands, named, prefix="arg")
     if not items:
-        msg = "expected at least one shape or tensor, got none"
+        msg = "operands must hold at least one shape or tensor, got none"
         raise ValueError(msg)
     return [(name, _shape_of(name, op)) for name, op in items]
 
@@ -240,9 +228,10 @@ def plot_broadcast(
         The axes drawn on.
 
     Raises:
-        TypeError: an operand is neither a shape nor a tensor, or a size is not an int.
-        ValueError: no operand, a negative size, or a keyword clashing with a
-            positional name.
+        TypeError: an operand is neither a shape nor a tensor, a size is not an int,
+            ``ax`` is not matplotlib axes or ``title`` not a str.
+        ValueError: no operand, a negative size, a keyword clashing with a positional
+            name, or more than :data:`MAX_PLOTTED` operands or dimensions.
 
     Example:
         >>> ax = plot_broadcast(x=(0,), y=(2, 2))
@@ -252,7 +241,20 @@ def plot_broadcast(
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
+    check_axes("ax", ax)
+    check_type("title", title, (str, type(None)), "a str or None")
     shapes = _operands(operands, named)
+    if len(shapes) > MAX_PLOTTED:
+        names = ", ".join(name for name, _ in shapes)
+        msg = f"got {len(shapes)} operands ({names}); plot_broadcast draws at most {MAX_PLOTTED}"
+        raise ValueError(msg)
+    for name, shape in shapes:
+        if len(shape) > MAX_PLOTTED:
+            msg = (
+                f"{name} has {len(shape)} dimensions; plot_broadcast draws at most "
+                f"{MAX_PLOTTED}, got shape {shape}"
+            )
+            raise ValueError(msg)
     aligned, result, clash = _align(shapes)
     ndim = len(result)
     bad = None if clash is None else clash.index

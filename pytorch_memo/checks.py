@@ -6,10 +6,11 @@ the cell when the error does not come, so a chapter never stores a traceback.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from pytorch_memo._checks import check_exception_types, check_pattern, check_type
 
 __all__ = ["Raised", "raises"]
 
@@ -24,12 +25,6 @@ class Raised:
     def message(self) -> str:
         """The exception's message (empty before the block ends)."""
         return str(self.exception) if self.exception is not None else ""
-
-
-def _check_pattern(match: object) -> None:
-    if not isinstance(match, str):
-        msg = f"match must be a str (a regular expression), got {type(match).__name__}"
-        raise TypeError(msg)
 
 
 @contextmanager
@@ -53,6 +48,9 @@ def raises(
         A :class:`Raised` that holds the exception once the block has ended.
 
     Raises:
+        TypeError: ``expected`` is not an exception class (or a tuple of them), ``match``
+            is not a str, or ``show`` is not a bool.
+        ValueError: ``match`` is not a valid regular expression.
         AssertionError: nothing was raised, or the message does not match ``match``.
         BaseException: an exception of another type passes through unchanged.
 
@@ -61,21 +59,19 @@ def raises(
         ...     1 / 0
         ZeroDivisionError: division by zero
     """
-    _check_pattern(match)
+    classes = check_exception_types("expected", expected)
+    pattern = check_pattern("match", match)
+    check_type("show", show, bool, "a bool")
     caught = Raised()
     try:
         yield caught
-    except expected as error:
+    except classes as error:
         caught.exception = error
-    names = (
-        expected.__name__
-        if isinstance(expected, type)
-        else " or ".join(e.__name__ for e in expected)
-    )
+    names = " or ".join(e.__name__ for e in classes)
     if caught.exception is None:
         msg = f"expected {names} matching {match!r}, but nothing was raised"
         raise AssertionError(msg)
-    if re.search(match, caught.message) is None:
+    if pattern.search(caught.message) is None:
         msg = f"{names} was raised, but its message {caught.message!r} does not match {match!r}"
         raise AssertionError(msg) from caught.exception
     if show:

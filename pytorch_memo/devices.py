@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from pytorch_memo._checks import check_device
+
 __all__ = ["pick_device"]
 
 
@@ -61,18 +63,8 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    given: object = prefer  # checked at run time too: callers may not be typed
-    if not isinstance(given, str | torch.device):
-        msg = f"prefer must be a str, a torch.device or None, got {type(given).__name__}"
-        raise TypeError(msg)
-    try:
-        device = torch.device(prefer)
-    except RuntimeError as error:
-        msg = (
-            f"prefer={prefer!r} is not a device string: expected e.g. 'cpu', 'cuda', "
-            f"'cuda:0', 'mps' ({error})"
-        )
-        raise ValueError(msg) from None
+    device = check_device("prefer", prefer, optional=True)
+    assert device is not None  # None was handled above
     ok, why = _available(device)
     if not ok:
         msg = f"prefer={prefer!r} is not available on this machine: {why}"

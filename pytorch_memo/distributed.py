@@ -30,7 +30,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pytorch_memo._checks import check_int, check_seconds
+from pytorch_memo._checks import check_callable, check_int, check_number, check_seconds
+from pytorch_memo._compat import ddp_lazy_imports
+from pytorch_memo._procs import descendants, kill_tree
 
 __all__ = [
     "ENV_VARS",
@@ -46,6 +48,12 @@ __all__ = [
 ]
 
 HOST = "127.0.0.1"
+MAX_PROCESSES = 64
+"""The most ranks :func:`run_workers` (and processes :func:`run_torchrun`) starts."""
+MAX_BATCH = 2**20
+"""The largest batch :func:`make_batch` makes (40 MiB of float64 inputs and targets)."""
+SEED_RANGE = (-(2**63), 2**64 - 1)
+"""The seeds ``torch.manual_seed`` accepts."""
 ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """The variables ``torchrun`` sets in each process and ``init_process_group`` reads."""
 
@@ -112,8 +120,24 @@ def _context() -> Any:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     # DDP imports torch._dynamo on construction: do it once, in the server.
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", __name__])
+    ctx.set_forkserver_preload(["torch", "torch.distributed", *ddp_lazy_imports(), __name__])
     return ctx
+
+
+def _stop(procs: list[Any], deadline: float | None) -> None:
+    """Let the ranks exit until ``deadline`` (None: stop them now), then kill the rest.
+
+    A rank is killed with every process it started (its DataLoader workers, a
+    subprocess...): killing the rank alone would leave those running as orphans.
+    """
+    for proc in procs:
+        if proc.pid is None:  # never started
+            continue
+        if deadline is not None:
+            proc.join(timeout=max(0.1, deadline - time.monotonic()))
+        if proc.is_alive() or descendants(proc.pid):
+            kill_tree(proc.pid)
+        proc.join()
 
 
 def _launch(
@@ -124,43 +148,56 @@ def _launch(
     results = ctx.Queue()
     port = free_port()
     timeout = deadline - time.monotonic()
+    # Not daemons: a daemonic process may not start children (DataLoader workers).
+    # Every exit from here stops them, with their children, instead.
     procs = [
         ctx.Process(
             target=_entry,
             args=(worker, args, rank, world_size, port, timeout, results),
-            daemon=True,
+            daemon=False,
         )
         for rank in range(world_size)
     ]
-    for proc in procs:
-        proc.start()
     got: dict[int, tuple[str, Any]] = {}
     try:
-        while len(got) < world_size:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = sorted(set(range(world_size)) - set(got))
-                msg = f"ranks {missing} did not finish within the timeout"
-                raise TimeoutError(msg)
-            try:
-                rank, status, payload = results.get(timeout=min(left, 0.5))
-            except queue.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:  # a process died without reporting (killed, segfault)
-                    msg = f"a worker process exited with code {dead[0].exitcode}"
-                    raise RuntimeError(msg) from None
-                continue
-            got[rank] = (status, payload)
-            if status == _JOIN_FAILED:  # the others would wait for it: stop them all
-                break
+        try:
+            for proc in procs:
+                proc.start()
+            _collect(procs, results, got, world_size, deadline)
+        except BaseException:  # a timeout, a dead rank, KeyboardInterrupt: stop them now
+            _stop(procs, None)
+            raise
+        _stop(procs, deadline)
     finally:
-        for proc in procs:
-            proc.join(timeout=max(0.1, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
         results.close()
     return got
+
+
+def _collect(
+    procs: list[Any],
+    results: Any,
+    got: dict[int, tuple[str, Any]],
+    world_size: int,
+    deadline: float,
+) -> None:
+    """Read the ranks' reports into ``got``: all of them, or up to a failed join."""
+    while len(got) < world_size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = sorted(set(range(world_size)) - set(got))
+            msg = f"ranks {missing} did not finish within the timeout"
+            raise TimeoutError(msg)
+        try:
+            rank, status, payload = results.get(timeout=min(left, 0.5))
+        except queue.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:  # a process died without reporting (killed, segfault)
+                msg = f"a worker process exited with code {dead[0].exitcode}"
+                raise RuntimeError(msg) from None
+            continue
+        got[rank] = (status, payload)
+        if status == _JOIN_FAILED:  # the others would wait for it: stop them all
+            return
 
 
 def run_workers(
@@ -186,16 +223,22 @@ def run_workers(
     Args:
         worker: a module-level function; it finds its rank with ``dist.get_rank()``.
         *args: positional arguments for ``worker`` (picklable).
-        world_size: how many processes (ranks), at least 1.
-        timeout: seconds for the whole run, also each collective's timeout.
+        world_size: how many processes (ranks), at least 1 and at most
+            :data:`MAX_PROCESSES`.
+        timeout: seconds for the whole run, also each collective's timeout (finite).
 
     Returns:
         What each rank returned, indexed by rank.
 
+    The ranks are ordinary (not daemonic) processes, so a worker may start processes of
+    its own (``DataLoader(num_workers=2)``). Whatever ends the run (every rank done, a
+    failure, the timeout, ``KeyboardInterrupt``), no rank outlives it, and a rank that
+    has to be stopped is killed together with every process it started.
+
     Raises:
-        TypeError: ``world_size`` is not an int, ``timeout`` is not a number, or
-            ``worker`` cannot be pickled.
-        ValueError: ``world_size`` < 1 or ``timeout`` is not positive.
+        TypeError: ``worker`` is not callable or cannot be pickled, ``world_size`` is
+            not an int, or ``timeout`` is not a number.
+        ValueError: ``world_size`` out of range, or ``timeout`` not positive and finite.
         RuntimeError: a rank raised (the message holds its traceback), or every
             attempt to join failed.
         TimeoutError: the ranks did not all finish within ``timeout`` (they are killed).
@@ -204,7 +247,8 @@ def run_workers(
         >>> run_workers(rank_info, world_size=2)[1]["rank"]
         1
     """
-    check_int("world_size", world_size, minimum=1)
+    check_callable("worker", worker)
+    check_int("world_size", world_size, minimum=1, maximum=MAX_PROCESSES)
     check_seconds("timeout", timeout)
     try:
         pickle.dumps(worker)
@@ -233,11 +277,15 @@ def rank_info() -> dict[str, Any]:
         ``rank``, ``world_size`` and ``backend`` from ``torch.distributed``, and the
         variables of :data:`ENV_VARS` as this process sees them.
 
+    Raises:
+        RuntimeError: called outside a process group (not through ``run_workers``).
+
     Example:
         >>> info = run_workers(rank_info, world_size=2)
         >>> [i["rank"] for i in info], info[0]["world_size"], info[0]["backend"]
         ([0, 1], 2, 'gloo')
     """
+    _require_group("rank_info")
     return {
         "rank": dist.get_rank(),
         "world_size": dist.get_world_size(),
@@ -253,10 +301,14 @@ def all_reduce_sum() -> tuple[torch.Tensor, torch.Tensor]:
         The tensor before and after ``dist.all_reduce(..., op=SUM)``; after it, every
         rank holds the same sum, in place.
 
+    Raises:
+        RuntimeError: called outside a process group (not through ``run_workers``).
+
     Example:
         >>> [after.tolist() for _, after in run_workers(all_reduce_sum, world_size=3)]
         [[6.0, 60.0], [6.0, 60.0], [6.0, 60.0]]
     """
+    _require_group("all_reduce_sum")
     rank = dist.get_rank()
     tensor = torch.tensor([rank + 1.0, 10.0 * (rank + 1)])
     before = tensor.clone()
@@ -264,25 +316,55 @@ def all_reduce_sum() -> tuple[torch.Tensor, torch.Tensor]:
     return before, tensor
 
 
+def _require_group(worker: str) -> None:
+    if not dist.is_available() or not dist.is_initialized():
+        msg = (
+            f"{worker} is a worker for run_workers: it needs a joined process group, and "
+            "torch.distributed.is_initialized() is False here"
+        )
+        raise RuntimeError(msg)
+
+
+def _check_seed(seed: object) -> int:
+    return check_int("seed", seed, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1])
+
+
+def _check_step(seed: object, batch_size: object, lr: object) -> float:
+    """Check a step's arguments; return the learning rate as a float."""
+    _check_seed(seed)
+    check_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH)
+    return check_number("lr", lr)
+
+
 def make_model(seed: int) -> nn.Module:
     """The tiny float64 regression model of the DDP example, initialised from ``seed``.
+
+    Raises:
+        TypeError: ``seed`` is not an int.
+        ValueError: ``seed`` is outside :data:`SEED_RANGE`.
 
     Example:
         >>> sum(p.numel() for p in make_model(0).parameters())
         37
     """
-    torch.manual_seed(seed)
+    torch.manual_seed(_check_seed(seed))
     return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 1)).double()
 
 
 def make_batch(seed: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs ``(batch_size, 4)`` and targets ``(batch_size, 1)``, float64, from ``seed``.
 
+    Raises:
+        TypeError: ``seed`` or ``batch_size`` is not an int.
+        ValueError: ``seed`` is outside :data:`SEED_RANGE`, or ``batch_size`` is not in
+            ``[1, MAX_BATCH]``.
+
     Example:
         >>> [t.shape for t in make_batch(0, 8)]
         [torch.Size([8, 4]), torch.Size([8, 1])]
     """
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(_check_seed(seed))
+    check_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH)
     x = torch.randn(batch_size, 4, generator=gen, dtype=torch.float64)
     y = torch.randn(batch_size, 1, generator=gen, dtype=torch.float64)
     return x, y
@@ -318,13 +400,18 @@ def ddp_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
         (dicts by parameter name).
 
     Raises:
-        ValueError: ``batch_size`` does not divide evenly by the world size.
+        TypeError: ``seed`` or ``batch_size`` is not an int, or ``lr`` not a number.
+        ValueError: an argument is out of range, or ``batch_size`` does not divide
+            evenly by the world size.
+        RuntimeError: called outside a process group (not through ``run_workers``).
 
     Example:
         >>> a, b = run_workers(ddp_step, 0, 8, world_size=2)
         >>> all(torch.equal(a["grads"][n], b["grads"][n]) for n in a["grads"])
         True
     """
+    rate = _check_step(seed, batch_size, lr)
+    _require_group("ddp_step")
     rank, world = dist.get_rank(), dist.get_world_size()
     if batch_size % world:
         msg = f"batch_size must be a multiple of the world size {world}, got {batch_size}"
@@ -332,11 +419,15 @@ def ddp_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
     model = nn.parallel.DistributedDataParallel(make_model(seed))
     x, y = make_batch(seed, batch_size)
     shard = slice(rank * batch_size // world, (rank + 1) * batch_size // world)
-    return {"rank": rank, **_step(model, x[shard], y[shard], lr)}
+    return {"rank": rank, **_step(model, x[shard], y[shard], rate)}
 
 
 def reference_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
     """The same step as :func:`ddp_step` in one process, on the whole batch.
+
+    Raises:
+        TypeError: ``seed`` or ``batch_size`` is not an int, or ``lr`` not a number.
+        ValueError: an argument is out of range.
 
     Returns:
         ``loss`` over the whole batch, ``grads`` and ``params`` after the step.
@@ -345,9 +436,9 @@ def reference_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any
         >>> sorted(reference_step(0, 8)["grads"])
         ['0.bias', '0.weight', '2.bias', '2.weight']
     """
-    check_int("batch_size", batch_size, minimum=1)
+    rate = _check_step(seed, batch_size, lr)
     x, y = make_batch(seed, batch_size)
-    return _step(make_model(seed), x, y, lr)
+    return _step(make_model(seed), x, y, rate)
 
 
 def run_torchrun(*, nproc: int = 2, timeout: float = 60.0) -> list[dict[str, Any]]:
@@ -357,16 +448,20 @@ def run_torchrun(*, nproc: int = 2, timeout: float = 60.0) -> list[dict[str, Any
     pytorch_memo.distributed`` starts ``nproc`` processes; each joins a ``gloo`` group
     from the variables torchrun set and rank 0 prints what every rank saw.
 
+    On a timeout (or any exception, ``KeyboardInterrupt`` included) the launcher and
+    every process it started are killed before this returns: torchrun starts each
+    worker in a session of its own, out of reach of a kill of torchrun or its group.
+
     Args:
-        nproc: processes to start, at least 1.
-        timeout: seconds before the launcher is killed.
+        nproc: processes to start, at least 1 and at most :data:`MAX_PROCESSES`.
+        timeout: seconds before the launcher and its workers are killed (finite).
 
     Returns:
         :func:`rank_info` of every rank, indexed by rank.
 
     Raises:
         TypeError: ``nproc`` is not an int, or ``timeout`` is not a number.
-        ValueError: ``nproc`` < 1, or ``timeout`` is not positive.
+        ValueError: ``nproc`` out of range, or ``timeout`` not positive and finite.
         RuntimeError: torchrun failed; the message ends with its stderr.
         subprocess.TimeoutExpired: it ran past ``timeout``.
 
@@ -374,7 +469,7 @@ def run_torchrun(*, nproc: int = 2, timeout: float = 60.0) -> list[dict[str, Any
         >>> [r["env"]["LOCAL_RANK"] for r in run_torchrun(nproc=2)]
         ['0', '1']
     """
-    check_int("nproc", nproc, minimum=1)
+    check_int("nproc", nproc, minimum=1, maximum=MAX_PROCESSES)
     check_seconds("timeout", timeout)
     command = [
         sys.executable, "-m", "torch.distributed.run",
@@ -383,12 +478,21 @@ def run_torchrun(*, nproc: int = 2, timeout: float = 60.0) -> list[dict[str, Any
         "-m", "pytorch_memo.distributed",
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        command, check=False, capture_output=True, text=True, timeout=timeout, env=env
-    )
-    if done.returncode != 0:
-        msg = f"torchrun exited with {done.returncode}:\n{done.stderr[-2000:]}"
-        raise RuntimeError(msg)
+    launcher = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,  # no terminal signal reaches it but ours
+    )  # fmt: skip
+    try:
+        stdout, stderr = launcher.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(launcher.pid)
+        stdout, stderr = launcher.communicate()
+        raise subprocess.TimeoutExpired(command, timeout, stdout, stderr) from None
+    except BaseException:
+        kill_tree(launcher.pid)
+        launcher.communicate()
+        raise
+    done = subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     ranks: list[dict[str, Any]] = json.loads(lines[-1])
     return ranks

@@ -14,6 +14,21 @@ build, blocking nothing.
 of their own (``lock.memo``, which also records who is building); the next one to get
 the turn sees the record a killed build left, removes the dead build's ``lock`` and
 says so with a :class:`StaleLockWarning` that names the path, then builds.
+
+A killed build must not leave its compilers running either: ninja starts each command
+in a process group of its own, so killing the build (or its process group) used to
+leave the compiler and linker running as orphans, competing with the next build. Builds
+through :func:`build_extension` run ninja under a guard (``_ninja_guard``, Linux): ninja
+gets a session of its own, dies when the building Python dies, and when ninja ends, by
+any means, whatever is left of its session is killed. So on Linux no compiler outlives
+
+- a ``KeyboardInterrupt`` (Ctrl-C, Jupyter's "interrupt kernel") or any exception in the
+  building process: torch kills ninja, the guard kills the rest;
+- the building process killed, alone or with its process group (``SIGKILL`` included).
+
+Not covered: the guard itself killed by ``SIGKILL`` (with ninja's whole session, say),
+commands that leave the session on purpose (``setsid``, as a compiler cache's server
+does), and systems without ``prctl`` (macOS), where ninja runs unguarded.
 """
 
 from __future__ import annotations
@@ -21,7 +36,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shlex
+import shutil
 import stat
+import sys
 import sysconfig
 import tempfile
 import time
@@ -31,7 +49,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-from pytorch_memo._checks import _shown, check_path, check_seconds
+from pytorch_memo._checks import (
+    check_module_name,
+    check_path,
+    check_seconds,
+    check_strings,
+    check_type,
+)
+from pytorch_memo._compat import cpp_extension_lock_is_a_file, cuda_toolkit_home
 
 __all__ = [
     "StaleLockWarning",
@@ -45,35 +70,35 @@ __all__ = [
 LOCK_NAME = "lock"  # torch's lock file in every build directory
 TURN_NAME = "lock.memo"  # the OS lock that builds through build_extension take turns on
 POLL_SECONDS = 0.1
+GUARD_DIR = ".memo-bin"  # in each build directory: the ninja wrapper (see _ninja_guard)
 
 
 class StaleLockWarning(UserWarning):
     """A build directory held a lock file that no live process holds; it was removed."""
 
 
-def _check_name(name: object) -> str:
-    if not isinstance(name, str):
-        msg = f"name must be a str, got {type(name).__name__}: {_shown(name)}"
-        raise TypeError(msg)
-    if not name.isidentifier():
-        msg = f"name must be a Python identifier (it names the module), got {name!r}"
-        raise ValueError(msg)
-    return name
+def _check_cuda_build() -> None:
+    """Building CUDA sources needs nvcc and an architecture to compile for."""
+    if cuda_toolkit_home() is None:
+        msg = (
+            "cuda_sources needs the CUDA toolkit (nvcc), and torch found none: set "
+            "CUDA_HOME, or leave cuda_sources out"
+        )
+        raise RuntimeError(msg)
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch_cuda_available():
+        msg = (
+            "cuda_sources needs a GPU architecture to compile for: no GPU is visible "
+            "(torch.cuda.is_available() is False) and TORCH_CUDA_ARCH_LIST is not set; "
+            "set it (e.g. TORCH_CUDA_ARCH_LIST='8.0') to build without a GPU"
+        )
+        raise RuntimeError(msg)
 
 
-def _check_sources(name: str, value: object, *, required: bool) -> list[str]:
-    sources = [value] if isinstance(value, str) else value
-    if (
-        not isinstance(sources, Sequence)
-        or isinstance(sources, bytes)
-        or not all(isinstance(s, str) for s in sources)
-    ):
-        msg = f"{name} must be a str or a sequence of str, got {type(value).__name__}"
-        raise TypeError(msg)
-    if required and not "".join(sources).strip():
-        msg = f"{name} must hold some source code, got {_shown(value)}"
-        raise ValueError(msg)
-    return list(sources)
+def torch_cuda_available() -> bool:
+    """``torch.cuda.is_available()``, asked only when CUDA sources are built."""
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
@@ -168,9 +193,7 @@ def _held_by_someone(path: Path) -> bool:
 
 def _torch_lock_is_a_file() -> bool:
     """Whether this torch's builds wait while the ``lock`` file merely exists (FileBaton)."""
-    from torch.utils import cpp_extension
-
-    return hasattr(cpp_extension, "FileBaton") or not hasattr(cpp_extension, "FileLock")
+    return cpp_extension_lock_is_a_file()
 
 
 def killed_build(build_directory: str | os.PathLike[str]) -> str | None:
@@ -213,7 +236,8 @@ def killed_build(build_directory: str | os.PathLike[str]) -> str | None:
 def is_stale_lock(build_directory: str | os.PathLike[str]) -> bool:
     """Whether the ``lock`` file in ``build_directory`` is a dead build's leftover.
 
-    It is when no process holds it and either a build was killed there
+    It is when no process holds it, no build through :func:`build_extension` is running
+    there (one holds ``lock.memo``), and either a build was killed there
     (:func:`killed_build`) or this torch's builds wait on the file's mere existence
     (``FileBaton``, torch < 2.14), where a leftover file blocks every later build.
     With torch >= 2.14 the file stays after every normal build and blocks nothing.
@@ -240,10 +264,13 @@ def is_stale_lock(build_directory: str | os.PathLike[str]) -> bool:
     return _is_stale(folder, killed_build(folder))
 
 
-def _is_stale(folder: Path, record: str | None) -> bool:
+def _is_stale(folder: Path, record: str | None, *, own_turn: bool = False) -> bool:
+    """``own_turn``: the caller holds the build directory's turn (``lock.memo``) itself."""
     lock = folder / LOCK_NAME
     if not lock.is_file() or _held_by_someone(lock):
         return False
+    if not own_turn and _held_by_someone(folder / TURN_NAME):
+        return False  # a live build: under FileBaton its `lock` is held by existing
     return record is not None or _torch_lock_is_a_file()
 
 
@@ -278,8 +305,8 @@ def clear_stale_lock(build_directory: str | os.PathLike[str]) -> Path | None:
     return _clear(folder, killed_build(folder))
 
 
-def _clear(folder: Path, who: str | None) -> Path | None:
-    if not _is_stale(folder, who):
+def _clear(folder: Path, who: str | None, *, own_turn: bool = False) -> Path | None:
+    if not _is_stale(folder, who, own_turn=own_turn):
         return None
     cause = f"the build ({who}) was killed midway" if who else "a build was killed midway"
     lock = folder / LOCK_NAME
@@ -292,9 +319,8 @@ def _clear(folder: Path, who: str | None) -> Path | None:
     return lock
 
 
-@contextmanager
-def _own_ninja_first() -> Iterator[None]:
-    """Put the ninja installed with this Python (the ``ninja`` dependency) first on PATH.
+def _real_ninja() -> str | None:
+    """The ninja to build with: the one installed with this Python, else one on PATH.
 
     ninja 1.12 and later write ``.ninja_log`` in a format older ninjas do not read, and
     the reverse: a build directory built by one version is rebuilt from scratch by the
@@ -303,11 +329,51 @@ def _own_ninja_first() -> Iterator[None]:
     """
     scripts = sysconfig.get_path("scripts")
     binary = "ninja.exe" if os.name == "nt" else "ninja"
-    if not scripts or not (Path(scripts) / binary).is_file():
-        yield  # no ninja of our own: torch finds one on PATH, or says it is missing
+    if scripts and (Path(scripts) / binary).is_file():
+        return str(Path(scripts) / binary)
+    return shutil.which(binary)
+
+
+def _write_if_changed(path: Path, text: str, mode: int) -> None:
+    """Replace ``path`` atomically with ``text`` unless it already holds it."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text)
+        temporary.chmod(mode)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def _guarded_ninja(folder: Path) -> Iterator[None]:
+    """Put a ``ninja`` first on PATH that runs the real one under ``_ninja_guard``.
+
+    torch's ``load_inline`` finds ninja on ``PATH``. The wrapper, ``GUARD_DIR/ninja`` in
+    the build directory, runs ``_ninja_guard`` (see there): the compilers die with
+    ninja, and ninja with the building process.
+    """
+    real = _real_ninja()
+    if real is None:
+        yield  # no ninja: torch says it is missing
         return
+    guard = Path(__file__).with_name("_ninja_guard.py")
+    script = (
+        "#!/bin/sh\n"
+        f"exec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(guard))} "
+        f'{shlex.quote(real)} "$@"\n'
+    )
+    bindir = folder / GUARD_DIR
+    _write_if_changed(bindir / "ninja", script, 0o755)
     before = os.environ.get("PATH")
-    os.environ["PATH"] = os.pathsep.join([scripts, before]) if before else scripts
+    os.environ["PATH"] = os.pathsep.join([str(bindir), before]) if before else str(bindir)
     try:
         yield
     finally:
@@ -344,7 +410,7 @@ def _turn(folder: Path, *, timeout: float) -> Iterator[None]:
                 raise TimeoutError(msg)
             time.sleep(POLL_SECONDS)
         record = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-        _clear(folder, record or None)  # the previous holder's record: it was killed
+        _clear(folder, record or None, own_turn=True)  # the previous holder's record: it was killed
         started = time.strftime("%Y-%m-%d %H:%M:%S")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}, started {started}".encode(), 0)
@@ -400,10 +466,14 @@ def build_extension(
 
     Raises:
         TypeError: an argument has the wrong type.
-        ValueError: ``name`` is not an identifier, ``cpp_sources`` is empty, or
-            ``wait_timeout`` is not positive.
+        ValueError: ``name`` is not an identifier or is the name of an imported or
+            importable module (loading the extension would replace it in
+            ``sys.modules``), ``cpp_sources`` is empty, or ``wait_timeout`` is not
+            positive and finite.
         TimeoutError: another live build held the turn for ``wait_timeout`` seconds.
-        RuntimeError: the compiler or linker failed (torch's message).
+        RuntimeError: the compiler or linker failed (torch's message), or
+            ``cuda_sources`` were given without a CUDA toolkit or target architecture.
+        ImportError: the built library does not import as module ``name``.
 
     Warns:
         StaleLockWarning: a killed build's lock file was removed.
@@ -427,37 +497,48 @@ def build_extension(
         >>> module.__name__
         'bare_example'
     """
-    _check_name(name)
-    cpp = _check_sources("cpp_sources", cpp_sources, required=True)
+    check_module_name("name", name)
+    cpp = check_strings("cpp_sources", cpp_sources, required=True)
+    check_type("no_implicit_headers", no_implicit_headers, bool, "a bool")
+    check_type("verbose", verbose, bool, "a bool")
     cuda = (
-        None
-        if cuda_sources is None
-        else _check_sources("cuda_sources", cuda_sources, required=True)
+        None if cuda_sources is None else check_strings("cuda_sources", cuda_sources, required=True)
     )
-    names = None if functions is None else _check_sources("functions", functions, required=True)
+    names = None if functions is None else check_strings("functions", functions, required=True)
     flags = (
         None
         if extra_cflags is None
-        else _check_sources("extra_cflags", extra_cflags, required=False)
+        else check_strings("extra_cflags", extra_cflags, required=False)
     )
     timeout = check_seconds("wait_timeout", wait_timeout)
     root = default_build_root() if build_root is None else check_path("build_root", build_root)
     folder = root / name
+    if cuda is not None:
+        _check_cuda_build()
 
     from torch.utils import cpp_extension
 
     load_inline: Callable[..., object] = cpp_extension.load_inline  # untyped in torch
-    with _turn(folder, timeout=timeout), _own_ninja_first():
-        module = load_inline(
-            name,
-            cpp_sources=cpp,
-            cuda_sources=cuda,
-            functions=names,
-            extra_cflags=flags,
-            build_directory=str(folder),
-            no_implicit_headers=no_implicit_headers,
-            verbose=verbose,
-        )
+    with _turn(folder, timeout=timeout), _guarded_ninja(folder):
+        try:
+            module = load_inline(
+                name,
+                cpp_sources=cpp,
+                cuda_sources=cuda,
+                functions=names,
+                extra_cflags=flags,
+                build_directory=str(folder),
+                no_implicit_headers=no_implicit_headers,
+                verbose=verbose,
+            )
+        except ImportError as error:
+            msg = (
+                f"the library built from cpp_sources in {folder} does not import as module "
+                f"{name!r}: {error} (without torch's headers the sources must define "
+                f"PyInit_{name} themselves; an undefined symbol is a declaration without a "
+                "definition)"
+            )
+            raise ImportError(msg, name=name) from error
     if not isinstance(module, ModuleType):  # pragma: no cover - load_inline's contract
         msg = f"load_inline returned {type(module).__name__}, not a module"
         raise TypeError(msg)

@@ -15,8 +15,14 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from pytorch_memo._checks import check_int, check_tensor
-from pytorch_memo._table import html_table, text_table
+from pytorch_memo._checks import (
+    check_axes,
+    check_count,
+    check_int,
+    check_tensor,
+    check_values,
+)
+from pytorch_memo._table import ResultTable
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -31,6 +37,11 @@ __all__ = [
 
 MAX_ROWS_SHOWN = 48
 MAX_PLOTTED_SIDE = 12
+MAX_STEPS = 2**16
+"""The most output elements :func:`explain_gather` explains (a :class:`GatherStep` each)."""
+MAX_UNFOLDED = 2**26
+"""The most values :func:`conv2d_as_matmul`'s unfolded matrix may hold (512 MiB of
+float64): unfolding copies every receptive field, ``kh * kw`` times the input."""
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
 
@@ -70,8 +81,8 @@ class GatherStep:
 _HEADERS = ("output", "formula", "source", "value")
 
 
-@dataclass(frozen=True)
-class GatherExplanation:
+@dataclass(frozen=True, repr=False)
+class GatherExplanation(ResultTable):
     """Every output element of a ``torch.gather`` call and its source, in output order.
 
     Prints as a text table (an HTML table in Jupyter) of at most 48 rows.
@@ -81,6 +92,8 @@ class GatherExplanation:
     input_shape: tuple[int, ...]
     index_shape: tuple[int, ...]
     steps: tuple[GatherStep, ...]
+    _css_class = "memo-gather"
+    _code = True
 
     def __iter__(self) -> Iterator[GatherStep]:
         return iter(self.steps)
@@ -93,22 +106,17 @@ class GatherExplanation:
         flat = torch.tensor([s.source for s in self.steps], dtype=torch.int64)
         return flat.reshape(*self.index_shape, len(self.input_shape))
 
-    def _rows(self) -> tuple[list[tuple[str, ...]], int]:
-        shown: list[tuple[str, ...]] = [s.cells(self.dim) for s in self.steps[:MAX_ROWS_SHOWN]]
-        return shown, len(self.steps) - len(shown)
+    def _headers(self) -> tuple[str, ...]:
+        return _HEADERS
 
-    def __str__(self) -> str:
-        rows, hidden = self._rows()
-        more = f"\n... {hidden} more rows" if hidden else ""
-        return text_table([_HEADERS, *rows]) + more
+    def _cells(self) -> list[tuple[str, ...]]:
+        return [s.cells(self.dim) for s in self.steps[:MAX_ROWS_SHOWN]]
 
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        rows, hidden = self._rows()
-        more = f"<p>... {hidden} more rows</p>" if hidden else ""
-        return html_table(_HEADERS, rows, css_class="memo-gather", code=True) + more
+    def _note(self) -> tuple[str, str]:
+        hidden = len(self.steps) - MAX_ROWS_SHOWN
+        if hidden <= 0:
+            return "", ""
+        return f"... {hidden} more rows", f"<p>... {hidden} more rows</p>"
 
 
 def _check_gather_args(input: torch.Tensor, dim: int, index: torch.Tensor) -> int:
@@ -125,6 +133,8 @@ def _check_gather_args(input: torch.Tensor, dim: int, index: torch.Tensor) -> in
         )
         raise ValueError(msg)
     dim %= input.dim()
+    check_values("input", input)
+    check_values("index", index)
     if index.dtype not in _INDEX_DTYPES:
         msg = f"index must have dtype torch.int64 (or torch.int32), got {index.dtype}"
         raise TypeError(msg)
@@ -134,6 +144,10 @@ def _check_gather_args(input: torch.Tensor, dim: int, index: torch.Tensor) -> in
             f"got {index.dim()} (shape {tuple(index.shape)})"
         )
         raise ValueError(msg)
+    check_count(
+        f"index of shape {tuple(index.shape)}", index.numel(), limit=MAX_STEPS,
+        what="elements", work="explain_gather lists one GatherStep per output element",
+    )  # fmt: skip
     if index.numel() == 0:
         return dim
     for d, (n_index, n_input) in enumerate(zip(index.shape, input.shape, strict=True)):
@@ -171,8 +185,9 @@ def explain_gather(input: torch.Tensor, dim: int, index: torch.Tensor) -> Gather
     Raises:
         TypeError: ``input`` or ``index`` is not a tensor, ``dim`` not an int, or
             ``index`` not an integer tensor.
-        ValueError: ``dim`` out of range, shapes that ``gather`` rejects, or an index
-            value outside ``[0, input.shape[dim])``.
+        ValueError: ``dim`` out of range, shapes that ``gather`` rejects, an index
+            value outside ``[0, input.shape[dim])``, a ``meta`` tensor (no values to
+            show), or more than :data:`MAX_STEPS` output elements.
 
     Example:
         >>> import torch
@@ -238,7 +253,7 @@ def plot_gather(
         from its source cell's centre (``xyann``) to its output cell's centre (``xy``).
 
     Raises:
-        TypeError: as :func:`explain_gather`.
+        TypeError: as :func:`explain_gather`, or ``ax`` is not matplotlib axes.
         ValueError: as :func:`explain_gather`, or ``input`` is not 1-d or 2-d or has
             more than 12 elements in a dimension.
 
@@ -252,6 +267,7 @@ def plot_gather(
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex
 
+    check_axes("ax", ax)
     explanation = explain_gather(input, dim, index)
     if (
         input.dim() > 2
@@ -311,17 +327,33 @@ def plot_gather(
     return ax
 
 
+MAX_CONV_OPTION = 2**20
+"""The largest stride, padding or dilation :func:`conv2d_as_matmul` accepts."""
+
+
 def _pair(name: str, value: object, *, minimum: int) -> tuple[int, int]:
     if isinstance(value, tuple):
         if len(value) != 2:
             msg = f"{name} must be an int or a pair of ints, got {value!r}"
             raise ValueError(msg)
         return (
-            check_int(f"{name}[0]", value[0], minimum=minimum),
-            check_int(f"{name}[1]", value[1], minimum=minimum),
+            check_int(f"{name}[0]", value[0], minimum=minimum, maximum=MAX_CONV_OPTION),
+            check_int(f"{name}[1]", value[1], minimum=minimum, maximum=MAX_CONV_OPTION),
         )
-    single = check_int(name, value, minimum=minimum)
+    single = check_int(name, value, minimum=minimum, maximum=MAX_CONV_OPTION)
     return single, single
+
+
+def _check_floating(name: str, tensor: torch.Tensor, like: torch.Tensor | None) -> None:
+    if not tensor.is_floating_point():
+        msg = f"{name} must be a floating-point tensor, got dtype {tensor.dtype}"
+        raise TypeError(msg)
+    if like is not None and (tensor.dtype, tensor.device) != (like.dtype, like.device):
+        msg = (
+            f"{name} must have input's dtype and device ({like.dtype}, {like.device}), "
+            f"got {tensor.dtype} on {tensor.device}"
+        )
+        raise ValueError(msg)
 
 
 def conv2d_as_matmul(
@@ -346,15 +378,19 @@ def conv2d_as_matmul(
         stride: the step between receptive fields, an int or (rows, columns), >= 1.
         padding: zeros added on each side, an int or (rows, columns), >= 0.
         dilation: the spacing of the kernel's taps, an int or (rows, columns), >= 1.
+            Each of these three is at most :data:`MAX_CONV_OPTION`.
 
     Returns:
         A ``(N, O, H_out, W_out)`` tensor equal (up to rounding) to
         ``F.conv2d(input, weight, bias, stride, padding, dilation)``.
 
     Raises:
-        TypeError: a tensor argument is not a tensor, or an option is not an int/pair.
+        TypeError: a tensor argument is not a floating-point tensor, or an option is
+            not an int/pair.
         ValueError: wrong numbers of dimensions, channels or bias size that do not
-            match, options out of range, or a kernel larger than the padded input.
+            match, dtypes or devices that differ, options out of range, a kernel larger
+            than the padded input, or an unfolded matrix of more than
+            :data:`MAX_UNFOLDED` values.
 
     Example:
         >>> import torch
@@ -366,6 +402,8 @@ def conv2d_as_matmul(
     """
     check_tensor("input", input)
     check_tensor("weight", weight)
+    _check_floating("input", input, None)
+    _check_floating("weight", weight, input)
     if input.dim() != 4:
         msg = f"input must be 4-d (N, C, H, W), got shape {tuple(input.shape)}"
         raise ValueError(msg)
@@ -379,6 +417,7 @@ def conv2d_as_matmul(
         raise ValueError(msg)
     if bias is not None:
         check_tensor("bias", bias)
+        _check_floating("bias", bias, input)
         if tuple(bias.shape) != (o,):
             msg = f"bias must have shape ({o},) (one value per output channel), got {tuple(bias.shape)}"
             raise ValueError(msg)
@@ -393,6 +432,10 @@ def conv2d_as_matmul(
             f"in the padded input ({h + 2 * p[0]}, {w + 2 * p[1]})"
         )
         raise ValueError(msg)
+    check_count(
+        "the unfolded input", n * c * kh * kw * h_out * w_out, limit=MAX_UNFOLDED,
+        what="values", work="unfold copies every receptive field into a column",
+    )  # fmt: skip
     columns = F.unfold(input, (kh, kw), dilation=d, padding=p, stride=s)  # (N, C*kh*kw, L)
     out = weight.reshape(o, c * kh * kw) @ columns  # (N, O, L)
     if bias is not None:

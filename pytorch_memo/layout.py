@@ -6,13 +6,22 @@ Used by the chapters *Creating tensors* and *Views, strides and storage*.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytorch_memo._checks import check_int, check_tensor, check_type
+from pytorch_memo._checks import (
+    INT64_MAX,
+    check_axes,
+    check_count,
+    check_int,
+    check_ints,
+    check_tensor,
+    check_type,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -31,30 +40,43 @@ __all__ = [
 ]
 
 MAX_PLOTTED = 256
+"""The most storage elements (and tensor elements) a picture draws."""
+MAX_OFFSETS = 2**24
+"""The most elements whose storage positions a helper lists: 16,777,216, which is
+128 MiB of ``int64`` offsets (``element_offsets``, ``strided_offsets``, ``storage_map``,
+and ``shares_memory`` when it must compare element by element)."""
 
 
 def _check_layout(size: Any, stride: Any, storage_offset: Any) -> tuple[tuple[int, ...], ...]:
     """Validate ``as_strided``-style arguments; return size and stride as int tuples."""
     checked = []
     for name, values in (("size", size), ("stride", stride)):
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            msg = f"{name} must be a sequence of ints, got {type(values).__name__}: {values!r}"
-            raise TypeError(msg)
-        for i, value in enumerate(values):
-            check_int(f"{name}[{i}]", value)
+        ints = check_ints(name, values, maximum=INT64_MAX)
+        for i, value in enumerate(ints):
             if value < 0:
                 what = "sizes" if name == "size" else "strides (torch has no negative strides)"
                 msg = f"{name}[{i}] must be >= 0 for {what}, got {value}"
                 raise ValueError(msg)
-        checked.append(tuple(values))
+        checked.append(ints)
     if len(checked[0]) != len(checked[1]):
         msg = (
             f"size and stride must have the same length, got {len(checked[0])} sizes "
             f"{checked[0]} and {len(checked[1])} strides {checked[1]}"
         )
         raise ValueError(msg)
-    check_int("storage_offset", storage_offset, minimum=0)
+    check_int("storage_offset", storage_offset, minimum=0, maximum=INT64_MAX)
     return checked[0], checked[1]
+
+
+def _last_position(sizes: tuple[int, ...], strides: tuple[int, ...], storage_offset: int) -> int:
+    """The storage position of the last element (``storage_offset`` when there is none)."""
+    if 0 in sizes:
+        return storage_offset
+    return storage_offset + sum((n - 1) * s for n, s in zip(sizes, strides, strict=True))
+
+
+def _numel(sizes: tuple[int, ...]) -> int:
+    return math.prod(sizes)
 
 
 def strided_offsets(
@@ -76,7 +98,9 @@ def strided_offsets(
 
     Raises:
         TypeError: an argument is not an int, or ``size``/``stride`` not a sequence.
-        ValueError: a size, stride or the offset is negative, or the lengths differ.
+        ValueError: a size, stride or the offset is negative, the lengths differ, the
+            view has more than :data:`MAX_OFFSETS` elements, or a position does not fit
+            in ``int64`` (torch's index type; it would wrap around).
 
     Example:
         >>> strided_offsets((2, 3), (1, 2), storage_offset=1)
@@ -84,6 +108,18 @@ def strided_offsets(
                 [2, 4, 6]])
     """
     sizes, strides = _check_layout(size, stride, storage_offset)
+    check_count(
+        f"size {sizes}", _numel(sizes), limit=MAX_OFFSETS, what="elements",
+        work="strided_offsets returns one int64 position per element",
+    )  # fmt: skip
+    last = _last_position(sizes, strides, storage_offset)
+    if last > INT64_MAX:
+        msg = (
+            f"size {sizes}, stride {strides} and storage_offset {storage_offset} reach "
+            f"storage position {last}, beyond int64's maximum {INT64_MAX}: expected "
+            "positions torch can index"
+        )
+        raise ValueError(msg)
     offsets = torch.tensor(storage_offset, dtype=torch.int64)
     for n, s in zip(sizes, strides, strict=True):
         offsets = offsets.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * s
@@ -117,7 +153,7 @@ def required_storage(size: Sequence[int], stride: Sequence[int], *, storage_offs
     sizes, strides = _check_layout(size, stride, storage_offset)
     if 0 in sizes:
         return 0
-    return storage_offset + sum((n - 1) * s for n, s in zip(sizes, strides, strict=True)) + 1
+    return _last_position(sizes, strides, storage_offset) + 1
 
 
 def element_offsets(tensor: torch.Tensor) -> torch.Tensor:
@@ -134,7 +170,8 @@ def element_offsets(tensor: torch.Tensor) -> torch.Tensor:
 
     Raises:
         TypeError: ``tensor`` is not a tensor.
-        ValueError: ``tensor`` is not strided (sparse, nested, ...).
+        ValueError: ``tensor`` is not strided (sparse, nested, ...), or it has more than
+            :data:`MAX_OFFSETS` elements.
 
     Example:
         >>> import torch
@@ -145,9 +182,22 @@ def element_offsets(tensor: torch.Tensor) -> torch.Tensor:
                 [2, 5]])
     """
     check_tensor("tensor", tensor)
+    _check_offsets_count("tensor", tensor, "element_offsets")
     return strided_offsets(
         tuple(tensor.shape), tensor.stride(), storage_offset=int(tensor.storage_offset())
     )
+
+
+def _check_offsets_count(name: str, tensor: torch.Tensor, helper: str) -> None:
+    check_count(
+        f"{name} of shape {tuple(tensor.shape)}", tensor.numel(), limit=MAX_OFFSETS,
+        what="elements", work=f"{helper} lists one int64 storage position per element",
+    )  # fmt: skip
+
+
+def _storage_elements(tensor: torch.Tensor) -> int:
+    """Length of ``tensor``'s storage, in elements of its dtype."""
+    return tensor.untyped_storage().nbytes() // tensor.element_size()
 
 
 @dataclass(frozen=True)
@@ -204,7 +254,8 @@ def storage_map(tensor: torch.Tensor) -> StorageMap:
 
     Raises:
         TypeError: ``tensor`` is not a tensor.
-        ValueError: ``tensor`` is not strided.
+        ValueError: ``tensor`` is not strided, or it or its storage has more than
+            :data:`MAX_OFFSETS` elements.
 
     Example:
         >>> import torch
@@ -215,8 +266,13 @@ def storage_map(tensor: torch.Tensor) -> StorageMap:
            [4, 5]]
         storage: 6 elements, 4 used (each by one element)
     """
+    check_tensor("tensor", tensor)
+    size = _storage_elements(tensor)
+    check_count(
+        "tensor's storage", size, limit=MAX_OFFSETS, what="elements",
+        work="storage_map counts the uses of every storage position",
+    )  # fmt: skip
     offsets = element_offsets(tensor)
-    size = tensor.untyped_storage().nbytes() // tensor.element_size()
     uses = torch.bincount(offsets.flatten(), minlength=size)
     return StorageMap(
         shape=tuple(tensor.shape),
@@ -228,13 +284,40 @@ def storage_map(tensor: torch.Tensor) -> StorageMap:
     )
 
 
-def _byte_starts(tensor: torch.Tensor, base: int) -> torch.Tensor:
-    """Sorted unique start addresses (relative to ``base``) of the elements' bytes."""
+def _blocks(tensor: torch.Tensor) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """The tensor's element addresses as equal blocks: ``(block length, sizes, strides)``.
+
+    Dimensions of size 1 add no address and those of stride 0 repeat the others' (as
+    ``expand`` does), so both are dropped. Taking the rest by increasing stride, a
+    dimension whose stride is at most one past the addresses covered so far extends a
+    gap-free range: those dimensions form one block of contiguous elements, and the
+    remaining (outer) dimensions say where copies of that block start.
+    """
+    kept = sorted(
+        ((s, n) for n, s in zip(tensor.shape, tensor.stride(), strict=True) if n > 1 and s),
+    )
+    span = 0  # the block covers positions [0, span]
+    for i, (stride, size) in enumerate(kept):
+        if stride > span + 1:
+            outer = kept[i:]
+            return span + 1, tuple(n for _, n in outer), tuple(s for s, _ in outer)
+        span += (size - 1) * stride
+    return span + 1, (), ()
+
+
+def _block_starts(name: str, tensor: torch.Tensor, base: int) -> tuple[torch.Tensor, int]:
+    """Sorted unique byte addresses (relative to ``base``) where ``tensor``'s blocks
+    start, and the blocks' length in bytes."""
+    length, sizes, strides = _blocks(tensor)
+    check_count(
+        f"{name} of shape {tuple(tensor.shape)} and stride {tensor.stride()}", _numel(sizes),
+        limit=MAX_OFFSETS, what="separate blocks of memory to compare",
+        work="shares_memory lists where each block starts when the byte ranges overlap",
+    )  # fmt: skip
     item = tensor.element_size()
-    first = tensor.data_ptr() - tensor.storage_offset() * item - base
-    starts = element_offsets(tensor).flatten() * item + first
-    unique: torch.Tensor = torch.unique(starts)  # sorted
-    return unique
+    starts = strided_offsets(sizes, strides) * item + (tensor.data_ptr() - base)
+    unique: torch.Tensor = torch.unique(starts.flatten())  # sorted
+    return unique, length * item
 
 
 def _byte_extent(tensor: torch.Tensor) -> tuple[int, int]:
@@ -252,8 +335,11 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     share no memory, and a view that starts at another offset still does. Tensors
     on different devices never share memory; empty tensors share none.
 
-    The exact check builds an index of every element's address, so it costs about
-    8 bytes per element when the byte ranges overlap; disjoint ranges answer at once.
+    Disjoint byte ranges answer at once. Otherwise each tensor's elements are grouped
+    into equal blocks of contiguous memory (a whole contiguous, transposed or expanded
+    tensor is one block; a column slice of a matrix has a block per row) and the blocks'
+    start addresses are compared, about 8 bytes each, for at most :data:`MAX_OFFSETS`
+    blocks per tensor.
 
     Args:
         a: a strided tensor.
@@ -264,7 +350,8 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
     Raises:
         TypeError: ``a`` or ``b`` is not a tensor.
-        ValueError: ``a`` or ``b`` is not strided.
+        ValueError: ``a`` or ``b`` is not strided, or the check would list more than
+            :data:`MAX_OFFSETS` blocks of one of them.
 
     Example:
         >>> import torch
@@ -283,14 +370,16 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a_hi <= b_lo or b_hi <= a_lo:
         return False
     base = min(a_lo, b_lo)
-    a_starts = _byte_starts(a, base)
-    b_starts = _byte_starts(b, base)
-    # Every interval of ``a`` has the same length, so the latest-starting one that begins
-    # before an interval of ``b`` ends is also the one that reaches furthest.
-    b_last_byte = b_starts + (b.element_size() - 1)
+    a_starts, a_length = _block_starts("a", a, base)
+    b_starts, b_length = _block_starts("b", b, base)
+    if len(a_starts) == len(b_starts) == 1:
+        return True  # each fills its byte range without a gap, and the ranges overlap
+    # Every block of ``a`` has the same length, so the latest-starting one that begins
+    # before a block of ``b`` ends is also the one that reaches furthest.
+    b_last_byte = b_starts + (b_length - 1)
     idx = torch.searchsorted(a_starts, b_last_byte, right=True) - 1
     found = idx >= 0
-    reach = a_starts[idx.clamp(min=0)] + a.element_size()
+    reach = a_starts[idx.clamp(min=0)] + a_length
     return bool((found & (reach > b_starts)).any())
 
 
@@ -317,11 +406,17 @@ def _groups(tensor: torch.Tensor, color_dim: int | None) -> tuple[list[int], int
 
 
 def _storage_cells(tensor: torch.Tensor) -> int:
-    cells = tensor.untyped_storage().nbytes() // tensor.element_size()
+    cells = _storage_elements(tensor)
     if cells > MAX_PLOTTED:
         msg = f"tensor's storage has {cells} elements; plots draw at most {MAX_PLOTTED}"
         raise ValueError(msg)
     return cells
+
+
+def _check_plotted_elements(tensor: torch.Tensor, helper: str) -> None:
+    if tensor.numel() > MAX_PLOTTED:
+        msg = f"tensor has {tensor.numel()} elements; {helper} draws at most {MAX_PLOTTED}"
+        raise ValueError(msg)
 
 
 def _label(positions: list[int]) -> str:
@@ -347,7 +442,8 @@ def plot_storage(
     positions, then ``…`` if there are more.
 
     Args:
-        tensor: a strided tensor whose storage has at most 256 elements.
+        tensor: a strided tensor with at most 256 elements, whose storage has at most
+            256 elements.
         color_dim: colour each cell by the element's index along this dimension (e.g.
             the channel dimension of an image); by default all used cells share a colour.
         ax: the matplotlib axes to draw on; a new figure by default.
@@ -357,9 +453,10 @@ def plot_storage(
         The axes drawn on.
 
     Raises:
-        TypeError: ``tensor`` is not a tensor, or ``color_dim`` is not an int.
-        ValueError: ``tensor`` is not strided, its storage is too large to draw, or
-            ``color_dim`` is out of range.
+        TypeError: ``tensor`` is not a tensor, ``color_dim`` is not an int, or ``ax`` is
+            not matplotlib axes.
+        ValueError: ``tensor`` is not strided, it or its storage is too large to draw,
+            or ``color_dim`` is out of range.
 
     Example:
         >>> import torch
@@ -372,8 +469,11 @@ def plot_storage(
     from matplotlib.patches import Rectangle
 
     check_tensor("tensor", tensor)
-    groups, n_groups = _groups(tensor, color_dim)
+    check_axes("ax", ax)
+    check_type("title", title, (str, type(None)), "a str or None")
     cells = _storage_cells(tensor)
+    _check_plotted_elements(tensor, "plot_storage")
+    groups, n_groups = _groups(tensor, color_dim)
     offsets = element_offsets(tensor).flatten().tolist()
     if ax is None:
         _, ax = plt.subplots(figsize=(min(0.45 * max(cells, 4) + 0.6, 14), 0.9))
@@ -439,9 +539,8 @@ def plot_view(tensor: torch.Tensor, *, title: str | None = None) -> Figure:
     from matplotlib.patches import ConnectionPatch, Rectangle
 
     check_tensor("tensor", tensor)
-    if tensor.numel() > MAX_PLOTTED:
-        msg = f"tensor has {tensor.numel()} elements; plot_view draws at most {MAX_PLOTTED}"
-        raise ValueError(msg)
+    check_type("title", title, (str, type(None)), "a str or None")
+    _check_plotted_elements(tensor, "plot_view")
     cells = _storage_cells(tensor)
     shape = tuple(tensor.shape)
     cols = shape[-1] if shape else 1

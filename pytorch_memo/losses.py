@@ -15,7 +15,18 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from pytorch_memo._checks import check_int, check_tensor
+from pytorch_memo._checks import (
+    INT64_MAX,
+    check_axes,
+    check_choice,
+    check_count,
+    check_int,
+    check_mapping,
+    check_number,
+    check_tensor,
+    check_type,
+    check_values,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -30,6 +41,19 @@ __all__ = [
 ]
 
 Reduction = Literal["mean", "sum", "none"]
+MAX_SAMPLES = 10**7
+"""The most draws :func:`check_frequencies` makes (80 MB of int64 draws)."""
+MAX_CLASSES = 2**24
+"""The most classes :func:`check_frequencies` draws from (``torch.multinomial``'s limit)."""
+SEED_RANGE = (-(2**63), 2**64 - 1)
+"""The seeds ``torch.Generator.manual_seed`` accepts."""
+MAX_PLOTTED_CLASSES = 64
+MAX_PLOTTED_ROWS = 12
+
+
+def _values(tensor: torch.Tensor) -> str:
+    shown = tensor.flatten()[:6].tolist()
+    return str(shown)[:-1] + (", ...]" if tensor.numel() > 6 else "]")
 
 
 def _check_args(
@@ -46,6 +70,12 @@ def _check_args(
     if input.dim() == 0 or not input.is_floating_point():
         msg = f"input must be floating point logits of shape (C), (N, C) or (N, C, d1, ...), got {input.dtype} of shape {tuple(input.shape)}"
         raise ValueError(msg)
+    check_int("ignore_index", ignore_index, minimum=-INT64_MAX, maximum=INT64_MAX)
+    check_number("label_smoothing", label_smoothing)
+    if not 0.0 <= label_smoothing <= 1.0:
+        msg = f"label_smoothing must be in [0, 1], got {label_smoothing}"
+        raise ValueError(msg)
+    check_choice("reduction", reduction, ("mean", "sum", "none"))
     classes = input.shape[0] if input.dim() == 1 else input.shape[1]
     probabilities = target.is_floating_point()
     if probabilities and target.shape != input.shape:
@@ -55,22 +85,44 @@ def _check_args(
         msg = f"ignore_index applies to class indices only; with a target of probabilities it must stay -100, got {ignore_index}"
         raise ValueError(msg)
     if not probabilities:
+        if target.dtype not in (torch.int64, torch.uint8):
+            msg = f"target must hold class indices as torch.int64 or torch.uint8 (or probabilities as floats), got {target.dtype}"
+            raise TypeError(msg)
         expected = () if input.dim() == 1 else (input.shape[0], *input.shape[2:])
         if tuple(target.shape) != expected:
             msg = f"target of class indices must have shape {expected} for input of shape {tuple(input.shape)}, got {tuple(target.shape)}"
+            raise ValueError(msg)
+    for name, tensor in (("input", input), ("target", target)):
+        if tensor.device != input.device:
+            msg = f"{name} must be on input's device {input.device}, got {tensor.device}"
             raise ValueError(msg)
     if weight is not None:
         check_tensor("weight", weight)
         if weight.shape != (classes,):
             msg = f"weight must have shape ({classes},), one per class, got {tuple(weight.shape)}"
             raise ValueError(msg)
-    if not 0.0 <= label_smoothing <= 1.0:
-        msg = f"label_smoothing must be in [0, 1], got {label_smoothing}"
-        raise ValueError(msg)
-    if reduction not in ("mean", "sum", "none"):
-        msg = f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
-        raise ValueError(msg)
+        if not weight.is_floating_point() or weight.device != input.device:
+            msg = f"weight must be floating point on input's device {input.device}, got {weight.dtype} on {weight.device}"
+            raise ValueError(msg)
+    if not probabilities and target.numel() and target.device.type != "meta":
+        _check_classes(target, classes, ignore_index)
     return probabilities
+
+
+def _check_classes(target: torch.Tensor, classes: int, ignore_index: int) -> None:
+    """Every class index (but ``ignore_index``) in ``[0, classes)``, as torch requires."""
+    counted = target.long()
+    counted = counted[counted != ignore_index]
+    if counted.numel() == 0:
+        return
+    low, high = int(counted.min()), int(counted.max())
+    if low < 0 or high >= classes:
+        bad = low if low < 0 else high
+        msg = (
+            f"target values must be class indices in [0, {classes}) (input's {classes} "
+            f"classes) or ignore_index={ignore_index}, got {bad}"
+        )
+        raise ValueError(msg)
 
 
 def cross_entropy_by_hand(
@@ -111,8 +163,10 @@ def cross_entropy_by_hand(
         A scalar loss, or one value per position for ``"none"``.
 
     Raises:
-        TypeError: ``input``, ``target`` or ``weight`` is not a tensor.
-        ValueError: a shape does not match, or an option is out of range.
+        TypeError: ``input``, ``target`` or ``weight`` is not a tensor, class indices
+            are not ``int64``, or an option has the wrong type.
+        ValueError: a shape, dtype or device does not match, an option is out of
+            range, or a class index is outside ``[0, C)`` (and not ``ignore_index``).
 
     Example:
         >>> import torch, torch.nn.functional as F
@@ -123,6 +177,8 @@ def cross_entropy_by_hand(
         True
     """
     probabilities = _check_args(input, target, weight, ignore_index, label_smoothing, reduction)
+    if not probabilities:
+        target = target.long()  # uint8 indices would index as a mask
     unbatched = input.dim() == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.unsqueeze(0)
@@ -176,16 +232,19 @@ def check_frequencies(
 
     Args:
         weights: non-negative weights of shape ``(C,)`` (need not sum to 1).
-        num_samples: how many draws, with replacement; at least 1.
-        seed: seeds the generator of the draw.
-        sigmas: the tolerance in standard deviations, positive.
+        num_samples: how many draws, with replacement; at least 1, at most
+            :data:`MAX_SAMPLES`.
+        seed: seeds the generator of the draw (an int in :data:`SEED_RANGE`).
+        sigmas: the tolerance in standard deviations, positive and finite.
 
     Returns:
         A :class:`FrequencyCheck`.
 
     Raises:
-        TypeError: ``weights`` is not a tensor, or ``num_samples``/``seed`` not an int.
-        ValueError: ``weights`` is not 1-D, or ``num_samples`` or ``sigmas`` too small.
+        TypeError: ``weights`` is not a floating-point tensor, ``num_samples``/``seed``
+            not an int, or ``sigmas`` not a number.
+        ValueError: ``weights`` is not 1-D, holds a negative, infinite or NaN weight or
+            no positive one, is a meta tensor, or an option is out of range.
 
     Example:
         >>> import torch
@@ -197,10 +256,26 @@ def check_frequencies(
     if weights.dim() != 1:
         msg = f"weights must be 1-D (one weight per class), got shape {tuple(weights.shape)}"
         raise ValueError(msg)
-    check_int("num_samples", num_samples, minimum=1)
-    check_int("seed", seed)
+    check_values("weights", weights)
+    check_int("num_samples", num_samples, minimum=1, maximum=MAX_SAMPLES)
+    check_int("seed", seed, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1])
+    check_number("sigmas", sigmas)
     if not sigmas > 0:
         msg = f"sigmas must be positive, got {sigmas}"
+        raise ValueError(msg)
+    if weights.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        msg = f"weights must be a real floating-point tensor (torch.multinomial's input), got {weights.dtype}"
+        raise TypeError(msg)
+    check_count(
+        "weights", weights.numel(), limit=MAX_CLASSES, what="classes",
+        work="torch.multinomial draws from at most 2**24 categories",
+    )  # fmt: skip
+    weights = weights.detach().cpu()
+    if weights.numel() == 0 or not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
+        msg = f"weights must be finite and >= 0, at least one of them > 0, got {_values(weights)}"
+        raise ValueError(msg)
+    if not bool((weights > 0).any()):
+        msg = f"weights must have at least one weight > 0, got {_values(weights)}"
         raise ValueError(msg)
     gen = torch.Generator().manual_seed(seed)
     draws = torch.multinomial(weights, num_samples, replacement=True, generator=gen)
@@ -216,7 +291,8 @@ def plot_distributions(
     """Grouped bars: one group per class, one bar per named distribution.
 
     Args:
-        rows: label -> 1-D probabilities, all of the same length.
+        rows: label -> 1-D probabilities, all of the same length (at most 12
+            distributions of at most 64 classes).
         ax: where to draw; a new figure when None.
         title: the axes' title.
 
@@ -224,7 +300,10 @@ def plot_distributions(
         The axes drawn on.
 
     Raises:
-        ValueError: ``rows`` is empty, or the distributions differ in length.
+        TypeError: ``rows`` is not a mapping of str to tensors, ``ax`` not matplotlib
+            axes, or ``title`` not a str.
+        ValueError: ``rows`` is empty or too large, a distribution is not finite and
+            real, or the distributions differ in length.
 
     Example:
         >>> import torch
@@ -234,13 +313,30 @@ def plot_distributions(
     """
     import matplotlib.pyplot as plt
 
+    rows = check_mapping("rows", rows, str, torch.Tensor, "a mapping of str labels to tensors")
+    check_axes("ax", ax)
+    check_type("title", title, str, "a str")
     if not rows:
         msg = "rows must hold at least one distribution, got an empty dict"
         raise ValueError(msg)
+    check_count(
+        "rows", len(rows), limit=MAX_PLOTTED_ROWS, what="distributions",
+        work="plot_distributions draws a bar per distribution and class",
+    )  # fmt: skip
+    for label, p in rows.items():
+        check_tensor(f"rows[{label!r}]", p)
+        check_values(f"rows[{label!r}]", p)
+        if p.is_complex() or p.dtype == torch.bool or not bool(torch.isfinite(p.detach()).all()):
+            msg = f"rows[{label!r}] must hold finite real probabilities, got {p.dtype} {_values(p)}"
+            raise ValueError(msg)
     sizes = {label: tuple(p.shape) for label, p in rows.items()}
     if len({*sizes.values()}) != 1 or len(next(iter(sizes.values()))) != 1:
         msg = f"rows must all be 1-D of one length, got shapes {sizes}"
         raise ValueError(msg)
+    check_count(
+        "each distribution", next(iter(sizes.values()))[0], limit=MAX_PLOTTED_CLASSES,
+        what="classes", work="plot_distributions draws a bar per class",
+    )  # fmt: skip
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 2.5), layout="constrained")
     width = 0.8 / len(rows)

@@ -7,7 +7,7 @@ every tensor of a module and its submodules with what torch does with it (is it 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from pytorch_memo._checks import check_type
-from pytorch_memo._table import NamedRows, html_table, shape_text, text_table
+from pytorch_memo._table import NamedRows, ResultTable, shape_text
 
 __all__ = ["ModuleTable", "ModuleTensorInfo", "inventory"]
 
@@ -44,7 +44,9 @@ class ModuleTensorInfo:
             ``register_buffer``) or ``"attribute"`` (a plain tensor attribute, which
             torch ignores).
         persistent: parameters and persistent buffers are saved by ``state_dict()``;
-            buffers registered with ``persistent=False`` and attributes are not.
+            buffers registered with ``persistent=False`` and attributes are not. Read
+            from ``state_dict()``'s keys for a buffer (the public view of
+            ``persistent=False``), so it is True for every parameter and saved buffer.
         shape: the tensor's shape.
         dtype: the tensor's dtype.
         device: the tensor's device.
@@ -81,36 +83,38 @@ class ModuleTensorInfo:
         )
 
 
-@dataclass(frozen=True)
-class ModuleTable(NamedRows[ModuleTensorInfo]):
+@dataclass(frozen=True, repr=False)
+class ModuleTable(NamedRows[ModuleTensorInfo], ResultTable):
     """Rows of :class:`ModuleTensorInfo`, shown as a text table or, in Jupyter, HTML."""
 
     rows: tuple[ModuleTensorInfo, ...]
+    _css_class = "memo-describe"
 
     def names(self, *, kind: Kind | None = None) -> tuple[str, ...]:
         """The rows' names, all of them or those of one ``kind``."""
         return tuple(r.name for r in self.rows if kind is None or r.kind == kind)
 
-    def __str__(self) -> str:
-        return text_table([_HEADERS, *(row.cells() for row in self.rows)])
+    def _headers(self) -> tuple[str, ...]:
+        return _HEADERS
 
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        rows = [row.cells() for row in self.rows]
-        return html_table(_HEADERS, rows, css_class="memo-describe")
+    def _cells(self) -> list[tuple[str, ...]]:
+        return [row.cells() for row in self.rows]
 
 
-def _tensors(module: nn.Module, attributes: bool) -> Iterator[tuple[str, Kind, bool, torch.Tensor]]:
-    """Every (name, kind, persistent, tensor) of ``module``, in ``state_dict`` order."""
+def _tensors(
+    module: nn.Module, attributes: bool, saved: Collection[str]
+) -> Iterator[tuple[str, Kind, bool, torch.Tensor]]:
+    """Every (name, kind, persistent, tensor) of ``module``, in ``state_dict`` order.
+
+    A buffer is persistent when ``state_dict()`` (whose keys are ``saved``) holds it:
+    the public view of ``register_buffer(..., persistent=False)``.
+    """
     for prefix, sub in module.named_modules(remove_duplicate=False):
         dot = prefix + "." if prefix else ""
         for name, param in sub.named_parameters(recurse=False, remove_duplicate=False):
             yield dot + name, "parameter", True, param
-        hidden: set[str] = getattr(sub, "_non_persistent_buffers_set", set())
         for name, buffer in sub.named_buffers(recurse=False, remove_duplicate=False):
-            yield dot + name, "buffer", name not in hidden, buffer
+            yield dot + name, "buffer", dot + name in saved, buffer
         if attributes:
             for name, value in vars(sub).items():
                 if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
@@ -149,8 +153,8 @@ def inventory(module: nn.Module, *, attributes: bool = True) -> ModuleTable:
     """
     check_type("module", module, nn.Module, "a torch.nn.Module")
     check_type("attributes", attributes, bool, "a bool")
-    found = list(_tensors(module, attributes))
     saved = module.state_dict(keep_vars=True).keys()
+    found = list(_tensors(module, attributes, saved))
     rows = tuple(
         ModuleTensorInfo(
             name=name,

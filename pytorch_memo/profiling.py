@@ -14,14 +14,22 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from pytorch_memo._checks import _shown, check_int, check_type
+from pytorch_memo._checks import (
+    _shown,
+    check_axes,
+    check_callable,
+    check_device,
+    check_int,
+    check_type,
+)
+from pytorch_memo._compat import cpu_allocations
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -39,30 +47,16 @@ __all__ = [
     "time_call",
 ]
 
+MAX_CALLS = 100_000
+"""The most calls :func:`time_call` makes, warm-up and measured each: the median of more
+tells nothing new, and a slow ``fn`` would keep the caller waiting for hours."""
+
 
 def _as_device(name: str, value: object) -> torch.device:
     """``value`` as a CPU or CUDA :class:`torch.device`; errors name ``name``."""
-    if isinstance(value, str):
-        try:
-            device = torch.device(value)
-        except RuntimeError as error:
-            msg = f"{name} must name a device such as 'cpu' or 'cuda:0', got {value!r}"
-            raise ValueError(msg) from error
-    elif isinstance(value, torch.device):
-        device = value
-    else:
-        msg = f"{name} must be a str or torch.device, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
-    if device.type not in ("cpu", "cuda"):
-        msg = f"{name} must be a CPU or CUDA device, got {str(device)!r}"
-        raise ValueError(msg)
+    device = check_device(name, value, types=("cpu", "cuda"))
+    assert device is not None  # not optional
     return device
-
-
-def _check_callable(name: str, value: object) -> None:
-    if not callable(value):
-        msg = f"{name} must be callable, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
 
 
 def _cuda_index(device: torch.device) -> int:
@@ -263,34 +257,17 @@ class MemoryPeak:
         return f"{self.device}: peak {self.peak:,} bytes, retained {self.retained:,} bytes"
 
 
-def _walk(nodes: Iterable[Any]) -> Iterator[Any]:
-    for node in nodes:
-        yield node
-        yield from _walk(node.children)
-
-
 def _cpu_peak(fn: Callable[[], object]) -> MemoryPeak:
-    from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    # acc_events: torch 2.10 and 2.11 warn once per process without it ("Profiler clears
+    # events at the end of each cycle"); one cycle here, so accumulating changes nothing.
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         result = fn()  # kept alive until the profile ends: it counts as retained
     del result
-    if prof.profiler is None or prof.profiler.kineto_results is None:  # pragma: no cover
-        msg = "the profiler recorded no results"
-        raise RuntimeError(msg)
-    tree = prof.profiler.kineto_results.experimental_event_tree()
-    allocations = sorted(
-        (
-            node
-            for node in _walk(tree)
-            if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu"
-        ),
-        key=lambda node: node.start_time_ns,
-    )
     level = peak = 0
-    for node in allocations:
-        level += node.extra_fields.alloc_size
+    for _, size in cpu_allocations(prof):
+        level += size
         peak = max(peak, level)
     return MemoryPeak(device="cpu", peak=peak, retained=level)
 
@@ -329,7 +306,8 @@ def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu")
         A :class:`MemoryPeak` in bytes.
 
     Raises:
-        TypeError: ``fn`` is not callable, or ``device`` is not a str or device.
+        TypeError: ``fn`` is not callable without arguments, or ``device`` is not a str
+            or device.
         ValueError: ``device`` is neither CPU nor CUDA.
         RuntimeError: ``device`` is CUDA on a machine without it.
 
@@ -342,7 +320,7 @@ def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu")
         >>> print(peak_memory(two_then_one))
         cpu: peak 8,000 bytes, retained 2,000 bytes
     """
-    _check_callable("fn", fn)
+    check_callable("fn", fn, no_arguments=True)
     dev = _as_device("device", device)
     if dev.type == "cuda":
         return _cuda_peak(fn, dev)
@@ -394,15 +372,16 @@ def time_call(
 
     Args:
         fn: a callable taking no arguments.
-        repeats: measured calls, at least 1.
-        warmup: untimed calls first (caches, lazy initialisation), at least 0.
+        repeats: measured calls, at least 1 and at most :data:`MAX_CALLS`.
+        warmup: untimed calls first (caches, lazy initialisation), at least 0 and at
+            most :data:`MAX_CALLS`.
         device: ``"cpu"``, or the CUDA device to synchronize.
 
     Returns:
         A :class:`Timing` (seconds).
 
     Raises:
-        TypeError: ``fn`` is not callable, or a count is not an int.
+        TypeError: ``fn`` is not callable without arguments, or a count is not an int.
         ValueError: ``repeats < 1``, ``warmup < 0``, or an unknown device.
         RuntimeError: ``device`` is CUDA on a machine without it.
 
@@ -413,9 +392,9 @@ def time_call(
         >>> timing.repeats, timing.warmup, timing.best <= timing.median
         (5, 2, True)
     """
-    _check_callable("fn", fn)
-    check_int("repeats", repeats, minimum=1)
-    check_int("warmup", warmup, minimum=0)
+    check_callable("fn", fn, no_arguments=True)
+    check_int("repeats", repeats, minimum=1, maximum=MAX_CALLS)
+    check_int("warmup", warmup, minimum=0, maximum=MAX_CALLS)
     dev = _as_device("device", device)
     index: int | None = None
     if dev.type == "cuda":
@@ -467,6 +446,12 @@ def self_cpu_times(averages: Iterable[Any], *, top: int | None = None) -> dict[s
     """
     if top is not None:
         check_int("top", top, minimum=1)
+    if isinstance(averages, str | bytes | torch.Tensor) or not isinstance(averages, Iterable):
+        msg = (
+            "averages must be an iterable of profiler averages (prof.key_averages()), "
+            f"got {type(averages).__name__}: {_shown(averages)}"
+        )
+        raise TypeError(msg)
     pairs = []
     for entry in averages:
         if not (hasattr(entry, "key") and hasattr(entry, "self_cpu_time_total")):
@@ -508,6 +493,7 @@ def plot_self_cpu_time(averages: Iterable[Any], *, top: int = 10, ax: Axes | Non
     import matplotlib.pyplot as plt
 
     check_int("top", top, minimum=1)
+    check_axes("ax", ax)
     times = self_cpu_times(averages)
     total = sum(times.values())
     if total <= 0:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from pytorch_memo._checks import check_tensor
-from pytorch_memo._table import NamedRows, html_table, named_arguments, shape_text, text_table
+from pytorch_memo._table import NamedRows, ResultTable, named_arguments, shape_text
 from pytorch_memo.layout import shares_memory
 
 __all__ = ["TensorInfo", "TensorTable", "describe"]
@@ -58,21 +58,18 @@ class TensorInfo:
         )
 
 
-@dataclass(frozen=True)
-class TensorTable(NamedRows[TensorInfo]):
+@dataclass(frozen=True, repr=False)
+class TensorTable(NamedRows[TensorInfo], ResultTable):
     """Rows of :class:`TensorInfo`, shown as a text table or, in Jupyter, an HTML table."""
 
     rows: tuple[TensorInfo, ...]
+    _css_class = "memo-describe"
 
-    def __str__(self) -> str:
-        return text_table([_HEADERS, *(row.cells() for row in self.rows)])
+    def _headers(self) -> tuple[str, ...]:
+        return _HEADERS
 
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        rows = [row.cells() for row in self.rows]
-        return html_table(_HEADERS, rows, css_class="memo-describe")
+    def _cells(self) -> list[tuple[str, ...]]:
+        return [row.cells() for row in self.rows]
 
 
 def describe(*tensors: torch.Tensor, **named: torch.Tensor) -> TensorTable:

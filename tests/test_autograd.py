@@ -215,3 +215,11 @@ def test_too_large_a_graph() -> None:
         y = y + x * 1.0
     with pytest.raises(ValueError, match="more than 500 nodes"):
         autograd_graph(y)
+
+
+def test_plot_checks_ax_and_title() -> None:
+    x = torch.ones(2, requires_grad=True)
+    with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes .*, got str: 'ax'"):
+        plot_autograd_graph(x.sum(), ax="ax")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"title must be a str or None, got list"):
+        plot_autograd_graph(x.sum(), title=["t"])  # type: ignore[arg-type]

@@ -118,7 +118,7 @@ def test_the_size_zero_case_names_the_trailing_dimension() -> None:
 @pytest.mark.parametrize(
     ("args", "named", "error", "match"),
     [
-        ((), {}, ValueError, "expected at least one shape or tensor, got none"),
+        ((), {}, ValueError, "operands must hold at least one shape or tensor, got none"),
         (((2, -1),), {}, ValueError, r"arg0\[1\] must be >= 0, got -1"),
         ((), {"x": (2, 1.5)}, TypeError, r"x\[1\] must be an int, got float"),
         ((), {"x": 3}, TypeError, "x must be a shape .* or a tensor, got int"),
@@ -163,3 +163,25 @@ def test_plot_shows_every_size_and_the_result(shapes: list[tuple[int, ...]]) -> 
         assert result_texts == [str(n) for n in expected]
     assert ax.get_title(loc="left") == "shapes"
     plt.close(fig)
+
+
+def test_plot_broadcast_checks_ax_title_and_its_size() -> None:
+    with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes .*, got str: 'ax'"):
+        plot_broadcast((2,), ax="ax")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"title must be a str or None, got int: 3"):
+        plot_broadcast((2,), title=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"got 17 operands \(arg0, .*arg16\); plot_broadcast"):
+        plot_broadcast(*[(1,)] * 17)
+    with pytest.raises(ValueError, match=r"x has 17 dimensions; plot_broadcast draws at most 16"):
+        plot_broadcast(x=(1,) * 17)
+
+
+def test_sizes_beyond_int64_and_nested_tensors_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=rf"x\[0\] must be <= {2**63 - 1}, got {2**63}"):
+        explain_broadcast(x=(2**63,))
+    with pytest.warns(UserWarning, match="nested tensors is in prototype"):
+        nested = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+    with pytest.raises(
+        ValueError, match=r"y must be a shape or a tensor with one shape, got a nested"
+    ):
+        explain_broadcast(x=(2,), y=nested)

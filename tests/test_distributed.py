@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,11 +18,15 @@ from pytorch_memo.distributed import (
     all_reduce_sum,
     ddp_step,
     free_port,
+    make_batch,
+    make_model,
     rank_info,
     reference_step,
     run_torchrun,
     run_workers,
 )
+from tests.processes import no_orphans
+from tests.workers import dataloader_sum, hang, start_a_child_then_hang
 
 
 def test_free_port_can_be_bound_on_localhost() -> None:
@@ -113,3 +123,104 @@ def test_torchrun_rejects_bad_arguments() -> None:
         run_torchrun(timeout=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout must be > 0 seconds, got -1"):
         run_torchrun(timeout=-1)
+
+
+# -- issue 16: timeouts and interrupts leave no process behind; ranks may have children ---
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_rank_may_start_dataloader_workers() -> None:
+    with no_orphans():
+        assert run_workers(dataloader_sum, world_size=2, timeout=60) == [56.0, 56.0]
+
+
+def test_a_timeout_kills_each_rank_with_the_processes_it_started(tmp_path: Path) -> None:
+    with no_orphans():
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] did not finish within"):
+            run_workers(start_a_child_then_hang, str(tmp_path), world_size=2, timeout=15)
+        assert time.monotonic() - start < 15 + 5
+    children = sorted(tmp_path.glob("child-of-rank-*"))
+    assert len(children) == 2, "the ranks did not get as far as starting their children"
+    for record in children:
+        assert not _alive(int(record.read_text()))
+
+
+def test_an_interrupt_stops_the_ranks_at_once() -> None:
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 5.0)
+    try:
+        with no_orphans():
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                run_workers(hang, world_size=2, timeout=100)
+            assert time.monotonic() - start < 20  # not the 100 s timeout
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_torchrun_timeout_kills_its_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every worker torchrun starts (they have LOCAL_RANK) records its pid, then hangs:
+    # Python imports sitecustomize from PYTHONPATH at startup.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, time\n"
+        "if 'LOCAL_RANK' in os.environ:\n"
+        f"    open(os.path.join({str(tmp_path)!r}, 'rank-' + os.environ['LOCAL_RANK']), 'w')"
+        ".write(str(os.getpid()))\n"
+        "    time.sleep(120)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{root}")
+    with no_orphans():  # torchrun's workers run in sessions of their own
+        start = time.monotonic()
+        with pytest.raises(subprocess.TimeoutExpired):
+            run_torchrun(nproc=2, timeout=20)
+        assert time.monotonic() - start < 20 + 5
+    workers = sorted(tmp_path.glob("rank-*"))
+    assert len(workers) == 2, "torchrun did not get as far as starting its workers"
+    for record in workers:
+        assert not _alive(int(record.read_text()))
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300, -float("inf")])
+def test_timeouts_must_be_finite(timeout: float) -> None:
+    with pytest.raises(ValueError, match=r"timeout must be (a finite number of|> 0) seconds"):
+        run_workers(rank_info, timeout=timeout)
+    with pytest.raises(ValueError, match=r"timeout must be (a finite number of|> 0) seconds"):
+        run_torchrun(timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: run_workers("rank_info"), TypeError, "worker must be callable, got str"),
+        (lambda: run_workers(rank_info, world_size=10**6), ValueError, "world_size must be <= 64"),
+        (lambda: run_torchrun(nproc=65), ValueError, "nproc must be <= 64, got 65"),
+        (lambda: rank_info(), RuntimeError, "rank_info is a worker for run_workers"),
+        (lambda: all_reduce_sum(), RuntimeError, "all_reduce_sum is a worker for run_workers"),
+        (lambda: ddp_step(0, 2), RuntimeError, "ddp_step is a worker for run_workers"),
+        (lambda: ddp_step("0", 2), TypeError, "seed must be an int, got str"),
+        (lambda: ddp_step(0, 2, lr=float("nan")), ValueError, "lr must be a finite number"),
+        (lambda: make_batch(0, 2**40), ValueError, r"batch_size must be <= 1048576"),
+        (lambda: make_model(2**64), ValueError, rf"seed must be <= {2**64 - 1}"),
+        (lambda: reference_step(0, 2, lr="0.1"), TypeError, "lr must be a number, got str"),
+    ],
+)
+def test_arguments_are_checked_before_any_work(
+    call: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call()

@@ -16,9 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from filelock import FileLock
 from torch.utils.cpp_extension import get_default_build_root
 
+from pytorch_memo._procs import descendants
 from pytorch_memo.extensions import (
     StaleLockWarning,
     _torch_lock_is_a_file,
@@ -28,6 +30,7 @@ from pytorch_memo.extensions import (
     is_stale_lock,
     killed_build,
 )
+from tests.processes import no_orphans
 
 BARE = """
 #include <Python.h>
@@ -48,6 +51,7 @@ BUILD = textwrap.dedent(
     """
 )
 ROOT = Path(__file__).resolve().parent.parent
+SLOW_COMPILER = '#!/bin/sh\ncase " $* " in *" -c "*) sleep 60;; esac\nexec c++ "$@"\n'
 
 
 def _build_process(root: Path, **env: str) -> subprocess.Popen[str]:
@@ -69,21 +73,36 @@ def _wait_for(path: Path, *, seconds: float) -> None:
         time.sleep(0.05)
 
 
-def test_a_killed_build_leaves_a_stale_lock_that_the_next_build_clears(tmp_path: Path) -> None:
-    # A compiler that takes a minute, so the build is surely killed while compiling.
+def _slow_build(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A build process whose compiler is running (it takes a minute)."""
     slow = tmp_path / "slow-c++"
-    slow.write_text('#!/bin/sh\ncase " $* " in *" -c "*) sleep 60;; esac\nexec c++ "$@"\n')
+    slow.write_text(SLOW_COMPILER)
     slow.chmod(0o755)
     root = tmp_path / "extensions"
-    folder = root / "bare"
+    process = _build_process(root, CXX=str(slow))
+    _wait_for(root / "bare" / "build.ninja", seconds=120)  # written before ninja starts
+    deadline = time.monotonic() + 30
+    while not any("sleep" in _cmdline(pid) for pid in descendants(process.pid)):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the slow compiler did not start"
+        time.sleep(0.05)
+    return process, root / "bare"
 
-    killed = _build_process(root, CXX=str(slow))
-    _wait_for(folder / "build.ninja", seconds=120)  # written inside torch's lock, before ninja
-    time.sleep(1.0)  # ninja has started the (slow) compiler
-    assert killed.poll() is None, killed.communicate()
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.communicate()
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_a_killed_build_leaves_a_stale_lock_that_the_next_build_clears(tmp_path: Path) -> None:
+    with no_orphans():  # ninja's compiler runs in a process group of its own: it dies too
+        killed, folder = _slow_build(tmp_path)
+        os.killpg(killed.pid, signal.SIGKILL)  # the building process and its group
+        killed.communicate()
     assert killed.returncode == -signal.SIGKILL
+    root = folder.parent
 
     assert (folder / "lock").exists()
     assert killed_build(folder).startswith(f"pid {killed.pid}, started ")  # type: ignore[union-attr]
@@ -99,6 +118,28 @@ def test_a_killed_build_leaves_a_stale_lock_that_the_next_build_clears(tmp_path:
     assert f"the build (pid {killed.pid}, started " in err
     assert killed_build(folder) is None  # the finished build emptied its record
     assert list(folder.glob("*.so"))
+
+
+def test_an_interrupted_build_leaves_no_compiler_running(tmp_path: Path) -> None:
+    with no_orphans():
+        interrupted, folder = _slow_build(tmp_path)
+        interrupted.send_signal(signal.SIGINT)  # Ctrl-C: KeyboardInterrupt in load_inline
+        _, err = interrupted.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    assert interrupted.returncode != 0
+    assert killed_build(folder) is None  # the interrupted build emptied its record
+
+
+def test_a_build_whose_python_alone_is_killed_stops_too(tmp_path: Path) -> None:
+    with no_orphans():  # ninja dies with the Python that started it, its compiler with it
+        killed, folder = _slow_build(tmp_path)
+        killed.kill()  # SIGKILL to the Python process only
+        killed.communicate()
+    assert killed_build(folder) is not None  # its record says it was killed
+    again = _build_process(folder.parent)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert out.strip() == "built bare"
 
 
 def test_a_cached_build_loads_without_warnings(tmp_path: Path) -> None:
@@ -121,7 +162,13 @@ def test_a_live_holder_is_not_stale(tmp_path: Path) -> None:
     assert is_stale_lock(tmp_path)  # released, and the record says its build died
 
 
-def test_a_running_build_is_not_a_killed_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("file_baton", [False, True], ids=["flock", "FileBaton"])
+def test_a_running_build_is_not_a_killed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_baton: bool
+) -> None:
+    """Under torch < 2.14 (FileBaton) too, where an unheld `lock` file alone blocks builds."""
+    if file_baton:
+        monkeypatch.setattr("pytorch_memo.extensions._torch_lock_is_a_file", lambda: True)
     turn = tmp_path / "lock.memo"
     turn.write_text("pid 1, started 2025-01-01 00:00:00")
     (tmp_path / "lock").touch()
@@ -130,6 +177,8 @@ def test_a_running_build_is_not_a_killed_one(tmp_path: Path) -> None:
     try:
         assert killed_build(tmp_path) is None
         assert not is_stale_lock(tmp_path)
+        assert clear_stale_lock(tmp_path) is None
+        assert (tmp_path / "lock").exists()
     finally:
         os.close(fd)
     assert killed_build(tmp_path) == "pid 1, started 2025-01-01 00:00:00"
@@ -203,7 +252,10 @@ def test_waits_for_a_live_build_then_names_the_path(tmp_path: Path) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)  # another builder has the turn
     try:
         start = time.monotonic()
-        with pytest.raises(TimeoutError, match=r"waited 0.3 s for .*lock.memo: a live process"):
+        with (
+            no_orphans(),
+            pytest.raises(TimeoutError, match=r"waited 0.3 s for .*lock.memo: a live process"),
+        ):
             build_extension("bare", BARE, build_root=tmp_path, wait_timeout=0.3)
         assert 0.3 <= time.monotonic() - start < 5
     finally:
@@ -347,3 +399,66 @@ def test_default_build_root_refuses_a_folder_of_another_user(
     monkeypatch.setattr("torch.utils.cpp_extension.get_default_build_root", lambda: str(theirs))
     found = default_build_root(start=start)
     assert found == tmp_path / "tmp" / f"torch_extensions-{os.getuid()}"
+
+
+# -- issue 16: names that would replace a module; CUDA sources without CUDA ---------------
+
+
+@pytest.mark.parametrize("name", ["random", "os", "torch", "pytest"])
+def test_the_name_of_an_imported_module_is_refused(name: str, tmp_path: Path) -> None:
+    before = sys.modules[name]
+    with pytest.raises(
+        ValueError,
+        match=rf"name must not be the name of an imported module, got '{name}': loading the "
+        r"extension would replace <module",
+    ):
+        build_extension(name, BARE, no_implicit_headers=True, build_root=tmp_path)
+    assert sys.modules[name] is before
+    assert not (tmp_path / name).exists()  # refused before anything was written
+
+
+def test_the_name_of_an_importable_module_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "not_imported_yet.py").write_text("")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(ValueError, match=r"importable module, got 'not_imported_yet'.*shadow"):
+            build_extension("not_imported_yet", BARE, no_implicit_headers=True, build_root=tmp_path)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert "not_imported_yet" not in sys.modules
+
+
+def test_an_extension_may_be_built_again_under_its_name(tmp_path: Path) -> None:
+    first = build_extension("bare_again", BARE, no_implicit_headers=True, build_root=tmp_path)
+    assert sys.modules["bare_again"] is first  # CPython registers single-phase modules
+    second = build_extension("bare_again", BARE, no_implicit_headers=True, build_root=tmp_path)
+    assert second.__name__ == "bare_again"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_cuda_sources_without_a_gpu_or_architecture_get_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    with pytest.raises(RuntimeError, match=r"cuda_sources needs a GPU architecture to compile"):
+        build_extension(
+            "with_cuda", BARE, cuda_sources="__global__ void k() {}", build_root=tmp_path
+        )
+    monkeypatch.setattr("pytorch_memo.extensions.cuda_toolkit_home", lambda: None)
+    with pytest.raises(RuntimeError, match=r"cuda_sources needs the CUDA toolkit \(nvcc\)"):
+        build_extension(
+            "with_cuda", BARE, cuda_sources="__global__ void k() {}", build_root=tmp_path
+        )
+
+
+@pytest.mark.parametrize("wait_timeout", [float("inf"), float("nan"), 10.0**10])
+def test_wait_timeout_must_be_finite(wait_timeout: float, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"wait_timeout must be"):
+        build_extension("ok", BARE, build_root=tmp_path, wait_timeout=wait_timeout)
+
+
+def test_a_library_that_is_not_a_module_gets_a_clear_import_error(tmp_path: Path) -> None:
+    with pytest.raises(ImportError, match=r"does not import as module 'not_a_module'.*PyInit_"):
+        build_extension(
+            "not_a_module", "int f() { return 1; }", no_implicit_headers=True, build_root=tmp_path
+        )

@@ -274,3 +274,66 @@ def test_conv2d_as_matmul_rejects_bad_input(
     args.update(kwargs)
     with pytest.raises(error, match=match):
         conv2d_as_matmul(**args)  # type: ignore[arg-type]
+
+
+# -- issue 16: unbounded work and values that are not there ------------------------------
+
+
+def test_explain_gather_refuses_huge_or_meta_input_before_any_allocation() -> None:
+    big = torch.zeros(1, 1, dtype=torch.int64).expand(2**20, 2**20)  # 2**40 index elements
+    with pytest.raises(
+        ValueError,
+        match=r"index of shape \(1048576, 1048576\) has 1099511627776 elements; at most 65536",
+    ):
+        explain_gather(torch.zeros(1, 1).expand(2**20, 2**20), 0, big)
+    meta = torch.empty(2**20, 2**20, device="meta")
+    with pytest.raises(ValueError, match=r"input must hold values, got a tensor on the meta"):
+        explain_gather(meta, 0, torch.zeros(1, 1, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"index must hold values, got a tensor on the meta"):
+        explain_gather(torch.zeros(2, 2), 0, meta.long())
+
+
+def test_explain_gather_at_its_limit() -> None:
+    index = torch.zeros(2**16, dtype=torch.int64)
+    assert len(explain_gather(torch.arange(3), 0, index)) == 2**16
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"input": torch.zeros(1, 1, 2**14, 2**14), "weight": torch.zeros(1, 1, 3, 3)},
+            ValueError,
+            r"the unfolded input has 2415329316 values; at most 67108864",
+        ),
+        ({"padding": 2**62}, ValueError, r"padding must be <= 1048576, got 4611686018427387904"),
+        ({"stride": (1, 2**64)}, ValueError, r"stride\[1\] must be <= 1048576"),
+        (
+            {"input": torch.zeros(1, 2, 4, 4, dtype=torch.int64)},
+            TypeError,
+            r"input must be a floating-point tensor, got dtype torch.int64",
+        ),
+        (
+            {"weight": torch.zeros(1, 2, 2, 2, dtype=torch.float64)},
+            ValueError,
+            r"weight must have input's dtype and device \(torch.float32, cpu\), got torch.float64",
+        ),
+        (
+            {"bias": torch.zeros(1, device="meta")},
+            ValueError,
+            r"bias must have input's dtype and device .* got torch.float32 on meta",
+        ),
+    ],
+)
+def test_conv2d_as_matmul_bounds_its_work(
+    kwargs: dict[str, object], error: type, match: str
+) -> None:
+    args: dict[str, object] = {"input": torch.zeros(1, 2, 4, 4), "weight": torch.zeros(1, 2, 2, 2)}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        conv2d_as_matmul(**args)  # type: ignore[arg-type]
+
+
+def test_plot_gather_checks_ax() -> None:
+    with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes .*, got str: 'ax'"):
+        plot_gather(torch.zeros(2), 0, torch.tensor([0]), ax="ax")  # type: ignore[arg-type]

@@ -369,3 +369,87 @@ def test_plot_values_labels_non_integer_values() -> None:
 def test_plot_values_rejects_bad_input(kwargs: dict[str, object], error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         plot_values(**kwargs)  # type: ignore[arg-type]
+
+
+# -- issue 16: wrap-around, unbounded work, unclear errors --------------------------------
+
+HUGE = 2**40  # elements: 8 TiB of int64 offsets
+
+
+@pytest.mark.parametrize(
+    ("size", "stride", "offset", "reach"),
+    [
+        ((3,), (2**62,), 0, 2**63),
+        ((2, 3), (2**62, 2**62), 0, 3 * 2**62),
+        ((2,), (1,), 2**63 - 1, 2**63),
+    ],
+)
+def test_strided_offsets_refuses_positions_beyond_int64(
+    size: tuple[int, ...], stride: tuple[int, ...], offset: int, reach: int
+) -> None:
+    match = rf"size \(.*\), stride \(.*\) and storage_offset {offset} reach storage position {reach}, beyond int64"
+    with pytest.raises(ValueError, match=match):
+        strided_offsets(size, stride, storage_offset=offset)
+    # the largest reachable position still works, exactly
+    last = strided_offsets((2,), (2**63 - 2,), storage_offset=1)
+    assert last.tolist() == [1, 2**63 - 1]
+
+
+def test_values_beyond_int64_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=rf"stride\[0\] must be <= {2**63 - 1}, got {2**63}"):
+        strided_offsets((2, 3), (2**63, 1))  # the issue's case: it wrapped to negatives
+    with pytest.raises(ValueError, match=rf"stride\[0\] must be <= {2**63 - 1}, got {2**64}"):
+        required_storage((1,), (2**64,))
+    with pytest.raises(ValueError, match=rf"storage_offset must be <= {2**63 - 1}"):
+        strided_offsets((1,), (1,), storage_offset=2**63)
+
+
+def test_huge_shapes_are_refused_before_any_allocation() -> None:
+    meta = torch.empty(HUGE, device="meta")
+    limit = r"1099511627776 elements; at most 16777216 allowed"
+    with pytest.raises(ValueError, match=rf"tensor of shape \(1099511627776,\) has {limit}"):
+        element_offsets(meta)
+    with pytest.raises(ValueError, match=rf"size \(1099511627776, 1\) has {limit}"):
+        strided_offsets((HUGE, 1), (1, 1))
+    with pytest.raises(ValueError, match=r"tensor's storage has 1099511627776 elements; at most"):
+        storage_map(meta)
+    with pytest.raises(
+        ValueError, match=r"tensor's storage has 1099511627776 elements; plots draw"
+    ):
+        plot_storage(meta)
+    expanded = torch.zeros(1).expand(HUGE)  # a real tensor: one float, 2**40 elements
+    with pytest.raises(ValueError, match=r"tensor has 1099511627776 elements; plot_storage draws"):
+        plot_storage(expanded)
+
+
+def test_shares_memory_of_huge_views_answers_without_listing_them() -> None:
+    x = torch.zeros(4)
+    expanded = x[:1].expand(HUGE)  # one address, 2**40 times
+    assert shares_memory(expanded, x)
+    assert not shares_memory(expanded, x[1:])
+    wide = torch.zeros(2**21).as_strided((2**20, 2**20), (1, 1))  # 2**40 elements
+    assert shares_memory(wide, x) is False  # other storages
+    assert shares_memory(wide, wide.t())  # overlapping elements, yet no gap: one block
+    big = torch.zeros(2**25 + 4)
+    assert shares_memory(big, big[5:7])  # both gap-free: no address list
+    assert not shares_memory(big[::2][: 2**24], big[1::2][:4])  # 2**24 blocks: the limit
+    with pytest.raises(ValueError, match=r"a of shape \(16777217,\) and stride \(2,\) has"):
+        shares_memory(big[::2][: 2**24 + 1], big[1::2][:4])
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_nested_tensors_get_a_clear_error() -> None:
+    nested = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+    for helper in (element_offsets, storage_map, plot_view, plot_storage):
+        with pytest.raises(
+            ValueError, match=r"tensor must be a strided \(dense\) tensor, got a nested"
+        ):
+            helper(nested)  # type: ignore[operator]
+    with pytest.raises(ValueError, match=r"b must be a strided \(dense\) tensor, got a nested"):
+        shares_memory(torch.zeros(1), nested)
+
+
+@pytest.mark.parametrize("ax", ["ax", 3, object()])
+def test_plot_storage_checks_ax(ax: object) -> None:
+    with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes .* or None, got"):
+        plot_storage(torch.zeros(3), ax=ax)  # type: ignore[arg-type]

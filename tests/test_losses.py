@@ -280,3 +280,91 @@ def test_filtered_candidates_are_never_sampled() -> None:
 def test_top_k_top_p_bad_input(call: object, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         call()  # type: ignore[operator]
+
+
+# -- issue 16: errors that name the argument, the value and what was expected -------------
+
+
+@pytest.mark.parametrize(
+    ("target", "match"),
+    [
+        (torch.tensor([0, 5]), r"target values must be class indices in \[0, 3\) .* got 5"),
+        (torch.tensor([-1, 0]), r"target values must be class indices in \[0, 3\) .* got -1"),
+        (torch.tensor([0, 3], dtype=torch.uint8), r"class indices in \[0, 3\) .* got 3"),
+    ],
+)
+def test_a_target_out_of_range_is_named(target: torch.Tensor, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        cross_entropy_by_hand(torch.zeros(2, 3), target)
+
+
+def test_ignored_targets_may_be_out_of_range_and_uint8_targets_index() -> None:
+    x, y = torch.randn(3, 4), torch.tensor([1, 7, 3])
+    expected = F.cross_entropy(x, y, ignore_index=7)
+    torch.testing.assert_close(cross_entropy_by_hand(x, y, ignore_index=7), expected)
+    torch.testing.assert_close(
+        cross_entropy_by_hand(x, y.clamp(max=3).to(torch.uint8)),
+        F.cross_entropy(x, y.clamp(max=3).to(torch.uint8)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"label_smoothing": "0.1"}, TypeError, "label_smoothing must be a number, got str"),
+        ({"label_smoothing": float("nan")}, ValueError, "label_smoothing must be a finite number"),
+        ({"reduction": None}, TypeError, "reduction must be 'mean', 'sum' or 'none', got NoneType"),
+        ({"ignore_index": True}, TypeError, "ignore_index must be an int, got bool"),
+        ({"target": torch.tensor([0, 1], dtype=torch.int32)}, TypeError, "target must hold class indices as torch.int64"),
+        ({"target": torch.tensor([True, False])}, TypeError, "target must hold class indices as torch.int64"),
+        ({"weight": torch.ones(3, dtype=torch.int64)}, ValueError, "weight must be floating point"),
+    ],
+)  # fmt: skip
+def test_options_are_checked_by_name(
+    kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    args: dict[str, object] = {"input": torch.zeros(2, 3), "target": torch.tensor([0, 1])}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        cross_entropy_by_hand(**args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("weights", "kwargs", "error", "match"),
+    [
+        (torch.ones(2), {"num_samples": 2**40}, ValueError, r"num_samples must be <= 10000000"),
+        (torch.ones(2), {"seed": 2**64}, ValueError, rf"seed must be <= {2**64 - 1}"),
+        (torch.ones(2), {"sigmas": float("inf")}, ValueError, "sigmas must be a finite number"),
+        (torch.tensor([1.0, -1.0]), {}, ValueError, r"weights must be finite and >= 0.*got \[1.0, -1.0\]"),
+        (torch.tensor([1.0, float("nan")]), {}, ValueError, r"weights must be finite"),
+        (torch.zeros(3), {}, ValueError, r"weights must have at least one weight > 0"),
+        (torch.zeros(0), {}, ValueError, r"weights must be finite and >= 0, at least one of them > 0"),
+        (torch.ones(2, dtype=torch.int64), {}, TypeError, r"weights must be a real floating-point"),
+        (torch.ones(2, device="meta"), {}, ValueError, r"weights must hold values"),
+    ],
+)  # fmt: skip
+def test_check_frequencies_refuses_what_multinomial_would_reject_unclearly(
+    weights: torch.Tensor, kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    args: dict[str, object] = {"num_samples": 10, "seed": 0}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        check_frequencies(weights, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("rows", "kwargs", "error", "match"),
+    [
+        ({"a": torch.ones(2)}, {"ax": "ax"}, TypeError, r"ax must be a matplotlib Axes"),
+        ({"a": torch.ones(2)}, {"title": 3}, TypeError, r"title must be a str, got int"),
+        ([torch.ones(2)], {}, TypeError, r"rows must be a mapping of str labels to tensors, got list"),
+        ({"a": [0.5]}, {}, TypeError, r"rows must be a mapping of str labels to tensors, got an item"),
+        ({"a": torch.tensor([0.5, float("nan")])}, {}, ValueError, r"rows\['a'\] must hold finite real"),
+        ({"a": torch.ones(65)}, {}, ValueError, r"each distribution has 65 classes; at most 64"),
+    ],
+)  # fmt: skip
+def test_plot_distributions_checks_its_arguments(
+    rows: object, kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        plot_distributions(rows, **kwargs)  # type: ignore[arg-type]

@@ -119,9 +119,10 @@ def test_cuda_report_matches_torch_cuda() -> None:
 @pytest.mark.parametrize(
     ("device", "error", "match"),
     [
-        (0, TypeError, r"device must be a str or torch.device, got int: 0"),
-        ("meta", ValueError, r"device must be a CPU or CUDA device, got 'meta'"),
-        ("gpu", ValueError, r"device must name a device such as 'cpu' or 'cuda:0', got 'gpu'"),
+        (0, TypeError, r"device must be a str or a torch.device, got int: 0"),
+        ("meta", ValueError, r"device must be a cpu or cuda device, got 'meta'"),
+        ("gpu", ValueError, r"device='gpu' is not a device string: expected e.g. 'cpu', 'cuda'"),
+        (float("nan"), TypeError, r"device must be a str or a torch.device, got float: nan"),
     ],
 )
 def test_memory_report_rejects_bad_devices(device: object, error: type, match: str) -> None:
@@ -210,7 +211,9 @@ def test_time_call_measures_the_call() -> None:
         ({"repeats": 0}, ValueError, r"repeats must be >= 1, got 0"),
         ({"repeats": 2.0}, TypeError, r"repeats must be an int, got float"),
         ({"warmup": -1}, ValueError, r"warmup must be >= 0, got -1"),
-        ({"device": "mps"}, ValueError, r"device must be a CPU or CUDA device, got 'mps'"),
+        ({"device": "mps"}, ValueError, r"device must be a cpu or cuda device, got 'mps'"),
+        ({"repeats": 100_001}, ValueError, r"repeats must be <= 100000, got 100001"),
+        ({"warmup": 10**12}, ValueError, r"warmup must be <= 100000, got 1000000000000"),
     ],
 )
 def test_time_call_rejects_bad_options(kwargs: dict[str, object], error: type, match: str) -> None:
@@ -279,3 +282,12 @@ def test_plot_draws_top_operators_and_the_rest(averages: list) -> None:  # type:
 def test_plot_rejects_an_empty_run() -> None:
     with pytest.raises(ValueError, match=r"recorded no self CPU time"):
         plot_self_cpu_time([])
+
+
+def test_plot_and_averages_are_checked_by_name() -> None:
+    with profile() as prof:
+        torch.ones(10).sum()
+    with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes .*, got str: 'ax'"):
+        plot_self_cpu_time(prof.key_averages(), ax="ax")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"averages must be an iterable of profiler averages"):
+        self_cpu_times(3)  # type: ignore[arg-type]

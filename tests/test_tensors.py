@@ -108,3 +108,18 @@ def test_bad_input(
 
 def test_table_type() -> None:
     assert isinstance(describe(torch.zeros(1)), TensorTable)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+def test_nested_tensors_get_a_clear_error(layout: torch.layout) -> None:
+    nested = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)], layout=layout)
+    with pytest.raises(ValueError, match=r"nt must be a strided \(dense\) tensor, got a nested"):
+        describe(x=torch.zeros(1), nt=nested)
+
+
+def test_huge_expanded_tensors_are_described_without_listing_their_elements() -> None:
+    x = torch.zeros(3)
+    table = describe(x=x, wide=x[:1].expand(2**40), rest=x[1:])
+    assert table["wide"].shares_memory_with == ("x",)
+    assert table["rest"].shares_memory_with == ("x",)

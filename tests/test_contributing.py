@@ -1,0 +1,28 @@
+"""CONTRIBUTING.md stands on its own: every file it names is in the repository."""
+
+from __future__ import annotations
+
+import re
+
+import memobook
+
+ROOT = memobook.ROOT
+
+
+# Files CONTRIBUTING.md names as examples of what a command would write.
+EXAMPLE_FILES = {
+    "book/data_loading.ipynb",
+    "pytorch_memo/data_loading.py",
+    "tests/test_data_loading.py",
+}
+
+
+def test_contributing_names_only_files_in_the_repository() -> None:
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    named = set(re.findall(r"`([\w./-]+(?:/|\.(?:py|md|yml|toml|txt|ipynb|json|cfg)))`", text))
+    assert "memobook/claims.py" in named  # the pattern finds what it should
+    missing = sorted(n for n in named - EXAMPLE_FILES if not (ROOT / n).exists())
+    assert not missing, f"CONTRIBUTING.md names files the repository lacks: {missing}"
+    for example in EXAMPLE_FILES:
+        assert example in text
+        assert not (ROOT / example).exists()

@@ -1,0 +1,177 @@
+"""Every rendering of the result tables, compared exactly with tests/golden/.
+
+The four result types (``describe``, ``inventory``, ``explain_gather``,
+``explain_broadcast``) print as text and render as HTML in Jupyter; the chapters store
+both. Each case below has ``<case>.txt`` (``str``, which is also ``repr``) and
+``<case>.html`` (``_repr_html_``) in tests/golden/. A changed rendering shows as a diff;
+``pytest tests/test_table.py --update-golden`` rewrites the files from the current code
+and lists the files it rewrote at the end of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from pytorch_memo._table import html_table, named_arguments, shape_text, text_table
+from pytorch_memo.broadcasting import explain_broadcast
+from pytorch_memo.indexing import explain_gather
+from pytorch_memo.modules import inventory
+from pytorch_memo.tensors import describe
+from tests.conftest import UPDATE_GOLDEN, golden_rewritten
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+class _Hidden(nn.Module):
+    """A parameter, a persistent and a non-persistent buffer, a None buffer, an attribute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(2))
+        self.register_buffer("saved", torch.zeros(2))
+        self.register_buffer("constant", torch.tensor([2.0]), persistent=False)
+        self.register_buffer("nothing", None)
+        self.plain = torch.arange(3)
+
+
+class _Tied(nn.Module):
+    """An embedding whose weight is also the output head's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(5, 3)
+        self.head = nn.Linear(3, 5, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def _describe_views() -> Any:
+    x = torch.arange(12.0).reshape(3, 4)
+    return describe(x=x, xt=x.t(), row=x[1], copy=x.clone(), every_other=x[:, ::2])
+
+
+def _describe_kinds() -> Any:
+    return describe(
+        torch.zeros(2, 3, requires_grad=True),
+        torch.tensor(7),
+        torch.ones(0, 4, dtype=torch.bool),
+        torch.zeros(2, dtype=torch.complex64).expand(3, 2),
+        meta=torch.empty(2, 2, device="meta"),
+    )
+
+
+def _gather_3d() -> Any:
+    x = torch.arange(24).reshape(2, 3, 4)
+    index = torch.tensor([[[2, 0, 1, 2]], [[1, 1, 0, 0]]])
+    return explain_gather(x, 1, index)
+
+
+CASES: dict[str, Callable[[], Any]] = {
+    # describe (tensors.TensorTable)
+    "describe-docstring": lambda: describe(x=torch.zeros(2, 3), xt=torch.zeros(2, 3).t()),
+    "describe-views": _describe_views,
+    "describe-kinds": _describe_kinds,
+    "describe-escaped": lambda: describe(**{"<b>&": torch.zeros(1)}),
+    # inventory (modules.ModuleTable)
+    "inventory-batchnorm": lambda: inventory(nn.BatchNorm1d(3)),
+    "inventory-hidden": lambda: inventory(_Hidden()),
+    "inventory-hidden-no-attributes": lambda: inventory(_Hidden(), attributes=False),
+    "inventory-tied": lambda: inventory(_Tied()),
+    "inventory-empty": lambda: inventory(nn.ReLU()),
+    "inventory-sequential": lambda: inventory(
+        nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3).double(), nn.Linear(3, 1, bias=False))
+    ),
+    # explain_gather (indexing.GatherExplanation)
+    "gather-docstring": lambda: explain_gather(
+        torch.tensor([[1, 2], [3, 4]]), 1, torch.tensor([[1], [0]])
+    ),
+    "gather-3d": _gather_3d,
+    "gather-floats-int32": lambda: explain_gather(
+        torch.tensor([0.5, -1.25, 3.0]), 0, torch.tensor([2, 2, 0], dtype=torch.int32)
+    ),
+    "gather-bool-negative-dim": lambda: explain_gather(
+        torch.tensor([[True, False], [False, True]]), -1, torch.tensor([[1, 1], [0, 0]])
+    ),
+    "gather-more-than-48": lambda: explain_gather(
+        torch.arange(10).reshape(2, 5), 1, torch.randint(0, 5, (2, 30), generator=_seeded())
+    ),
+    "gather-empty": lambda: explain_gather(
+        torch.zeros(2, 3), 0, torch.zeros(0, 3, dtype=torch.int64)
+    ),
+    # explain_broadcast (broadcasting.BroadcastTable)
+    "broadcast-docstring": lambda: explain_broadcast(x=(5, 3, 4, 1), y=(3, 1, 1)),
+    "broadcast-scalar": lambda: explain_broadcast(torch.tensor(2.0), (2, 3)),
+    "broadcast-three": lambda: explain_broadcast((4, 1), (1, 3), (2, 1, 1)),
+    "broadcast-empty": lambda: explain_broadcast(a=(0, 1), b=(3,)),
+    "broadcast-tensors-and-shapes": lambda: explain_broadcast(
+        image=torch.zeros(3, 1, 5), mean=torch.zeros(3, 1, 1), scale=torch.Size([5])
+    ),
+    "broadcast-escaped": lambda: explain_broadcast(**{"<x>": (2,), "y&z": (1,)}),
+}
+
+
+def _seeded() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def _check(path: Path, rendered: str, config: pytest.Config) -> None:
+    if config.getoption(UPDATE_GOLDEN):
+        old = path.read_text(encoding="utf-8") if path.exists() else None
+        if old != rendered:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(rendered, encoding="utf-8", newline="\n")
+            golden_rewritten(config).append(str(path.relative_to(GOLDEN.parent.parent)))
+        return
+    assert path.exists(), f"{path} is missing: run pytest {Path(__file__).name} {UPDATE_GOLDEN}"
+    expected = path.read_text(encoding="utf-8")
+    assert rendered == expected, f"{path.name} differs (rerun with {UPDATE_GOLDEN} if intended)"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rendering_matches_its_golden_file(case: str, request: pytest.FixtureRequest) -> None:
+    table = CASES[case]()
+    text = str(table)
+    assert repr(table) == text
+    _check(GOLDEN / f"{case}.txt", text + "\n", request.config)
+    _check(GOLDEN / f"{case}.html", table._repr_html_() + "\n", request.config)
+
+
+def test_every_golden_file_has_its_case() -> None:
+    files = {p.name for p in GOLDEN.iterdir()}
+    expected = {f"{case}{suffix}" for case in CASES for suffix in (".txt", ".html")}
+    assert files == expected
+
+
+# -- the building blocks ----------------------------------------------------------------
+
+
+def test_shape_text_writes_tuples_as_python_does() -> None:
+    for shape in [(), (4,), (2, 3), (0, 1, 5)]:
+        assert shape_text(shape) == str(shape)
+
+
+def test_text_table_pads_columns_and_strips_trailing_spaces() -> None:
+    assert text_table([("a", "bb"), ("ccc", "")]) == "a    bb\nccc"
+    assert text_table([("n", "x"), ("a", "10"), ("b", "1")], align_right=True) == (
+        "n   x\na  10\nb   1"
+    )
+
+
+def test_html_table_escapes_every_cell() -> None:
+    html = html_table(["<h>"], [["a&b"]], css_class="c")
+    assert html == (
+        '<table class="c"><thead><tr><th>&lt;h&gt;</th></tr></thead>'
+        "<tbody><tr><td>a&amp;b</td></tr></tbody></table>"
+    )
+    assert "<td><code>x</code></td>" in html_table(["h"], [["x"]], css_class="c", code=True)
+
+
+def test_named_arguments_refuses_a_clash() -> None:
+    assert named_arguments([1, 2], {"k": 3}, prefix="t") == [("t0", 1), ("t1", 2), ("k", 3)]
+    with pytest.raises(ValueError, match=r"keyword 't1' clashes with the name of positional"):
+        named_arguments([1, 2], {"t1": 3}, prefix="t")
