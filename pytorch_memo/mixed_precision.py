@@ -173,10 +173,13 @@ def dtype_ranges(dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> DtypeRanges:
 
     Used by the chapter *Mixed precision*.
     """
-    if isinstance(dtypes, str | bytes) or not isinstance(dtypes, Sequence):
-        msg = f"dtypes must be a sequence of torch.dtype, got {type(dtypes).__name__}: {_shown(dtypes)}"
+    given: object = dtypes  # checked at run time, whatever the annotation says
+    if isinstance(given, str | bytes) or not isinstance(given, Sequence):
+        msg = (
+            f"dtypes must be a sequence of torch.dtype, got {type(given).__name__}: {_shown(given)}"
+        )
         raise TypeError(msg)
-    checked = [_check_float_dtype(f"dtypes[{i}]", d) for i, d in enumerate(dtypes)]
+    checked = [_check_float_dtype(f"dtypes[{i}]", d) for i, d in enumerate(given)]
     if not checked:
         msg = "dtypes must name at least one dtype, got an empty sequence"
         raise ValueError(msg)
@@ -314,7 +317,12 @@ class AutocastRow:
 
     def cells(self) -> tuple[str, str, str, str]:
         """The row as display strings: name, both output dtypes, policy."""
-        return (self.name, _dtype_name(self.from_float32), _dtype_name(self.from_lower), self.policy)
+        return (
+            self.name,
+            _dtype_name(self.from_float32),
+            _dtype_name(self.from_lower),
+            self.policy,
+        )
 
 
 @dataclass(frozen=True)
@@ -367,7 +375,7 @@ def _run(
     region: torch.autocast,
 ) -> torch.dtype:
     with region:
-        output = op(example)
+        output: object = op(example)
     if not isinstance(output, torch.Tensor):
         msg = f"ops[{name!r}] must return a torch.Tensor, got {type(output).__name__}: {_shown(output)}"
         raise TypeError(msg)
@@ -420,7 +428,8 @@ def autocast_dtypes(
     if not ops:
         msg = "ops must name at least one op, got an empty mapping"
         raise ValueError(msg)
-    for name, op in ops.items():
+    entries: list[tuple[object, object]] = list(ops.items())
+    for name, op in entries:
         check_type("each key of ops", name, str, "a str")
         if not callable(op):
             msg = f"ops[{name!r}] must be callable, got {type(op).__name__}: {_shown(op)}"
