@@ -1,0 +1,464 @@
+"""Floating-point formats side by side, and the dtype each op gets under autocast.
+
+Used by the chapter *Mixed precision*: :func:`dtype_ranges` tabulates what
+``torch.finfo`` says of float16, bfloat16, float32 and float64 and adds what it leaves
+out (the smallest subnormal, the last integer stored exactly), :func:`plot_dtype_ranges`
+draws those ranges on a log scale, and :func:`autocast_dtypes` runs ops inside
+``torch.autocast`` and reports, for each, the dtype of its output from a float32 input
+and from an input already in the lower precision.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from pytorch_memo._checks import _shown, check_tensor, check_type
+from pytorch_memo._table import NamedRows, html_table, text_table
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = [
+    "FLOAT_DTYPES",
+    "AutocastRow",
+    "AutocastTable",
+    "DtypeRange",
+    "DtypeRanges",
+    "autocast_dtypes",
+    "dtype_ranges",
+    "plot_dtype_ranges",
+]
+
+FLOAT_DTYPES: tuple[torch.dtype, ...] = (
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+)
+"""The formats :func:`dtype_ranges` describes: each has subnormals, infinities and
+round-to-nearest-even conversion, so the numbers it reports hold for real tensors."""
+
+_LOWER = (torch.float16, torch.bfloat16)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _number(value: float) -> str:
+    """``65504`` below a million, ``3.39e+38`` above."""
+    return f"{value:.0f}" if value < 1e6 else f"{value:.3g}"
+
+
+def _power_of_two(value: float) -> str:
+    """``2^-14 ≈ 6.1e-05`` for an exact power of two."""
+    return f"2^{round(math.log2(value))} ≈ {value:.2g}"
+
+
+@dataclass(frozen=True)
+class DtypeRange:
+    """What one floating-point dtype can hold.
+
+    Attributes:
+        dtype: the dtype described.
+        bits: its size in bits (``torch.finfo(dtype).bits``).
+        exponent_bits: bits of the exponent.
+        mantissa_bits: bits of the fraction stored after the implicit leading 1.
+        max: the largest finite value (``finfo.max``); beyond it, values round to inf.
+        smallest_normal: the smallest positive value at full precision
+            (``finfo.smallest_normal``, also ``finfo.tiny``).
+        smallest_subnormal: the smallest positive value at all, with a single
+            significant bit; half of it and less round to 0.
+        eps: the gap between 1 and the next value (``finfo.eps``).
+        exact_integers: every integer of magnitude up to this one is stored exactly;
+            the next integer is not.
+    """
+
+    dtype: torch.dtype
+    bits: int
+    exponent_bits: int
+    mantissa_bits: int
+    max: float
+    smallest_normal: float
+    smallest_subnormal: float
+    eps: float
+    exact_integers: int
+
+    @property
+    def name(self) -> str:
+        """The dtype's name without ``torch.``: ``float16``."""
+        return _dtype_name(self.dtype)
+
+    def cells(self) -> tuple[str, ...]:
+        """The row as display strings, in the order of the table's headers."""
+        return (
+            self.name,
+            f"{self.bits} = 1 + {self.exponent_bits} + {self.mantissa_bits}",
+            _number(self.max),
+            _power_of_two(self.smallest_normal),
+            _power_of_two(self.smallest_subnormal),
+            _power_of_two(self.eps),
+            str(self.exact_integers),
+        )
+
+
+_RANGE_HEADERS = (
+    "dtype",
+    "bits: sign + exponent + mantissa",
+    "max",
+    "smallest normal",
+    "smallest subnormal",
+    "eps",
+    "integers exact up to",
+)
+
+
+@dataclass(frozen=True)
+class DtypeRanges(NamedRows[DtypeRange]):
+    """Rows of :class:`DtypeRange`, shown as a text table or, in Jupyter, HTML."""
+
+    rows: tuple[DtypeRange, ...]
+
+    def __str__(self) -> str:
+        return text_table([_RANGE_HEADERS, *(row.cells() for row in self.rows)])
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        rows = [row.cells() for row in self.rows]
+        return html_table(_RANGE_HEADERS, rows, css_class="memo-dtypes")
+
+
+def _check_float_dtype(name: str, value: object) -> torch.dtype:
+    check_type(name, value, torch.dtype, "a torch.dtype")
+    assert isinstance(value, torch.dtype)
+    if value not in FLOAT_DTYPES:
+        expected = ", ".join(f"torch.{_dtype_name(d)}" for d in FLOAT_DTYPES)
+        msg = f"{name} must be one of {expected}, got {value}"
+        raise ValueError(msg)
+    return value
+
+
+def dtype_ranges(dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> DtypeRanges:
+    """The range and precision of floating-point dtypes, from ``torch.finfo``.
+
+    ``torch.finfo`` gives ``max``, ``smallest_normal`` and ``eps``; the smallest
+    subnormal (``smallest_normal * eps``) and the last exactly stored integer
+    (``2 / eps``) follow from them.
+
+    Args:
+        dtypes: dtypes among :data:`FLOAT_DTYPES` (all four by default), in the
+            order of the rows.
+
+    Returns:
+        A :class:`DtypeRanges`; look a row up by name: ``ranges["float16"]``.
+
+    Raises:
+        TypeError: ``dtypes`` is not a sequence of ``torch.dtype``.
+        ValueError: a dtype is not one of :data:`FLOAT_DTYPES`, or ``dtypes`` is
+            empty or names one twice.
+
+    Example:
+        >>> import torch
+        >>> half = dtype_ranges([torch.float16])["float16"]
+        >>> half.max, half.smallest_subnormal == 2**-24, half.exact_integers
+        (65504.0, True, 2048)
+
+    Used by the chapter *Mixed precision*.
+    """
+    given: object = dtypes  # checked at run time, whatever the annotation says
+    if isinstance(given, str | bytes) or not isinstance(given, Sequence):
+        msg = (
+            f"dtypes must be a sequence of torch.dtype, got {type(given).__name__}: {_shown(given)}"
+        )
+        raise TypeError(msg)
+    checked = [_check_float_dtype(f"dtypes[{i}]", d) for i, d in enumerate(given)]
+    if not checked:
+        msg = "dtypes must name at least one dtype, got an empty sequence"
+        raise ValueError(msg)
+    if len(set(checked)) != len(checked):
+        msg = f"dtypes must name each dtype once, got {list(checked)}"
+        raise ValueError(msg)
+    rows = []
+    for dtype in checked:
+        info = torch.finfo(dtype)
+        mantissa = round(-math.log2(info.eps))
+        rows.append(
+            DtypeRange(
+                dtype=dtype,
+                bits=info.bits,
+                exponent_bits=info.bits - 1 - mantissa,
+                mantissa_bits=mantissa,
+                max=info.max,
+                smallest_normal=info.smallest_normal,
+                smallest_subnormal=info.smallest_normal * info.eps,
+                eps=info.eps,
+                exact_integers=2 ** (mantissa + 1),
+            )
+        )
+    return DtypeRanges(tuple(rows))
+
+
+def plot_dtype_ranges(
+    ranges: DtypeRanges | None = None,
+    *,
+    marks: Mapping[str, float] | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """Draw each dtype's positive range on a log scale: subnormal, then normal.
+
+    Args:
+        ranges: what to draw (``dtype_ranges()`` when None).
+        marks: magnitudes to mark with a labelled vertical line, such as
+            ``{"a gradient of 1e-8": 1e-8}``; each must be a positive finite number.
+        ax: the axes to draw on (a new figure when None).
+
+    Returns:
+        The axes; the x axis is ``log10`` of the magnitude.
+
+    Raises:
+        TypeError: ``ranges`` is not a :class:`DtypeRanges`, a mark is not a number,
+            or ``ax`` is not a matplotlib Axes.
+        ValueError: a mark is not positive and finite.
+
+    Example:
+        >>> ax = plot_dtype_ranges(marks={"1": 1.0})
+        >>> ax.get_xlabel()
+        'log10 of the magnitude'
+
+    Used by the chapter *Mixed precision*.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.axes import Axes
+
+    if ranges is None:
+        ranges = dtype_ranges()
+    check_type("ranges", ranges, DtypeRanges, "a DtypeRanges (from dtype_ranges) or None")
+    if ax is not None:
+        check_type("ax", ax, Axes, "a matplotlib Axes or None")
+    shown_marks = dict(marks or {})
+    for label, value in shown_marks.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            msg = f"marks[{label!r}] must be a number, got {type(value).__name__}: {_shown(value)}"
+            raise TypeError(msg)
+        if not (math.isfinite(value) and value > 0):
+            msg = f"marks[{label!r}] must be a positive finite number, got {value!r}"
+            raise ValueError(msg)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 1.0 + 0.55 * len(ranges)))
+    for y, row in enumerate(ranges):
+        low, normal, high = (
+            math.log10(row.smallest_subnormal),
+            math.log10(row.smallest_normal),
+            math.log10(row.max),
+        )
+        ax.barh(y, normal - low, left=low, height=0.6, color="#a6c8e6",
+                label="subnormal" if y == 0 else None)  # fmt: skip
+        ax.barh(y, high - normal, left=normal, height=0.6, color="#2a6fb0",
+                label="normal" if y == 0 else None)  # fmt: skip
+        ax.text(high, y, f" max {_number(row.max)}", va="center", fontsize=8)
+    for label, value in shown_marks.items():
+        ax.axvline(math.log10(value), color="#c44e52", linewidth=1, linestyle="--")
+        ax.text(math.log10(value), -0.45, f"{label} ", color="#c44e52", fontsize=8,
+                va="center", ha="right")  # fmt: skip
+    left = min(math.log10(row.smallest_subnormal) for row in ranges)
+    right = max(math.log10(row.max) for row in ranges)
+    ax.set_xlim(left - 0.03 * (right - left), right + 0.2 * (right - left))
+    ax.set_yticks(range(len(ranges)), [row.name for row in ranges])
+    ax.set_ylim(len(ranges) - 0.4, -0.6)
+    ax.set_xlabel("log10 of the magnitude")
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncol=2, fontsize=8, frameon=False)
+    return ax
+
+
+Policy = Literal["lower precision", "float32", "input dtype", "other"]
+
+
+@dataclass(frozen=True)
+class AutocastRow:
+    """The output dtypes of one op inside ``torch.autocast``.
+
+    Attributes:
+        name: the op's name, as given.
+        lower: the autocast dtype (``torch.bfloat16`` or ``torch.float16``).
+        from_float32: the output's dtype when the op is given a float32 input.
+        from_lower: the output's dtype when the input already has the ``lower`` dtype.
+    """
+
+    name: str
+    lower: torch.dtype
+    from_float32: torch.dtype
+    from_lower: torch.dtype
+
+    @property
+    def policy(self) -> Policy:
+        """What the two outputs show autocast did.
+
+        ``"lower precision"``: both outputs are ``lower``, the op was cast down;
+        ``"float32"``: both are float32, the op was cast up; ``"input dtype"``: each
+        output has its input's dtype, autocast left the op alone; ``"other"``: none of
+        these.
+        """
+        outputs = (self.from_float32, self.from_lower)
+        if outputs == (self.lower, self.lower):
+            return "lower precision"
+        if outputs == (torch.float32, torch.float32):
+            return "float32"
+        if outputs == (torch.float32, self.lower):
+            return "input dtype"
+        return "other"
+
+    def cells(self) -> tuple[str, str, str, str]:
+        """The row as display strings: name, both output dtypes, policy."""
+        return (
+            self.name,
+            _dtype_name(self.from_float32),
+            _dtype_name(self.from_lower),
+            self.policy,
+        )
+
+
+@dataclass(frozen=True)
+class AutocastTable(NamedRows[AutocastRow]):
+    """Rows of :class:`AutocastRow` for one device type and autocast dtype."""
+
+    device_type: str
+    dtype: torch.dtype
+    rows: tuple[AutocastRow, ...]
+
+    def names(self, policy: Policy) -> tuple[str, ...]:
+        """The names of the ops with the given ``policy``, in row order."""
+        return tuple(row.name for row in self.rows if row.policy == policy)
+
+    def _headers(self) -> tuple[str, str, str, str]:
+        lower = _dtype_name(self.dtype)
+        return ("op", "from float32", f"from {lower}", f"policy ({self.device_type}, {lower})")
+
+    def __str__(self) -> str:
+        return text_table([self._headers(), *(row.cells() for row in self.rows)])
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        rows = [row.cells() for row in self.rows]
+        return html_table(self._headers(), rows, css_class="memo-autocast")
+
+
+def _autocast(device_type: str, dtype: torch.dtype) -> torch.autocast:
+    """``torch.autocast(device_type, dtype=dtype)``, refused when torch disables it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        region = torch.autocast(device_type, dtype=dtype)
+    with region:
+        enabled = torch.is_autocast_enabled(device_type)
+    if not enabled:
+        said = "; ".join(str(w.message).splitlines()[0] for w in caught)
+        msg = f"torch.autocast({device_type!r}, dtype={dtype}) is not enabled here" + (
+            f" (torch warned: {said})" if said else ""
+        )
+        raise RuntimeError(msg)
+    return region
+
+
+def _run(
+    name: str,
+    op: Callable[[torch.Tensor], torch.Tensor],
+    example: torch.Tensor,
+    region: torch.autocast,
+) -> torch.dtype:
+    with region:
+        output: object = op(example)
+    if not isinstance(output, torch.Tensor):
+        msg = f"ops[{name!r}] must return a torch.Tensor, got {type(output).__name__}: {_shown(output)}"
+        raise TypeError(msg)
+    return output.dtype
+
+
+def autocast_dtypes(
+    ops: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
+    example: torch.Tensor,
+    *,
+    device_type: str = "cpu",
+    dtype: torch.dtype = torch.bfloat16,
+) -> AutocastTable:
+    """Run each op inside ``torch.autocast`` and report the dtype of its output.
+
+    Each op is called twice inside ``torch.autocast(device_type, dtype=dtype)``: on
+    ``example`` as float32 and on ``example`` cast to ``dtype``. An op cast to lower
+    precision gives ``dtype`` both times, one cast to float32 gives float32 both times,
+    and one autocast leaves alone gives its input's dtype (:attr:`AutocastRow.policy`).
+    Other inputs an op needs (weights, targets) are closed over by the op itself.
+
+    Args:
+        ops: each op's name and a function of one tensor that returns a tensor.
+        example: a floating-point tensor on a device of type ``device_type``.
+        device_type: the autocast device type, ``"cpu"`` or ``"cuda"``.
+        dtype: the autocast dtype, ``torch.bfloat16`` or ``torch.float16``.
+
+    Returns:
+        An :class:`AutocastTable`, one row per op, in the order of ``ops``.
+
+    Raises:
+        TypeError: an argument has the wrong type, or an op returns no tensor.
+        ValueError: ``ops`` is empty, ``device_type`` or ``dtype`` is not one of the
+            above, or ``example`` is not floating point or not on ``device_type``.
+        RuntimeError: autocast does not enable itself for ``device_type`` and
+            ``dtype`` here (``"cuda"`` without CUDA); torch's warning is quoted.
+
+    Example:
+        >>> import torch
+        >>> w = torch.ones(3, 3)
+        >>> table = autocast_dtypes(
+        ...     {"mm": lambda t: t @ w, "exp": torch.exp}, torch.ones(2, 3)
+        ... )
+        >>> table["mm"].policy, table["exp"].policy
+        ('lower precision', 'input dtype')
+
+    Used by the chapter *Mixed precision*.
+    """
+    check_type("ops", ops, Mapping, "a mapping of names to functions")
+    if not ops:
+        msg = "ops must name at least one op, got an empty mapping"
+        raise ValueError(msg)
+    entries: list[tuple[object, object]] = list(ops.items())
+    for name, op in entries:
+        check_type("each key of ops", name, str, "a str")
+        if not callable(op):
+            msg = f"ops[{name!r}] must be callable, got {type(op).__name__}: {_shown(op)}"
+            raise TypeError(msg)
+    check_type("device_type", device_type, str, "a str")
+    if device_type not in ("cpu", "cuda"):
+        msg = f"device_type must be 'cpu' or 'cuda', got {device_type!r}"
+        raise ValueError(msg)
+    check_type("dtype", dtype, torch.dtype, "a torch.dtype")
+    if dtype not in _LOWER:
+        msg = f"dtype must be torch.bfloat16 or torch.float16, got {dtype}"
+        raise ValueError(msg)
+    region = _autocast(device_type, dtype)
+    check_tensor("example", example)
+    if not example.is_floating_point():
+        msg = f"example must be a floating-point tensor, got dtype {example.dtype}"
+        raise ValueError(msg)
+    if example.device.type != device_type:
+        msg = f"example must be on a {device_type!r} device, got {str(example.device)!r}"
+        raise ValueError(msg)
+    as_float32 = example.detach().to(torch.float32)
+    as_lower = example.detach().to(dtype)
+    rows = tuple(
+        AutocastRow(
+            name=name,
+            lower=dtype,
+            from_float32=_run(name, op, as_float32, region),
+            from_lower=_run(name, op, as_lower, region),
+        )
+        for name, op in ops.items()
+    )
+    return AutocastTable(device_type=device_type, dtype=dtype, rows=rows)
