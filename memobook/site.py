@@ -59,8 +59,10 @@ def _doc_link(docname: str, title: str) -> addnodes.pending_xref:
     return ref
 
 
-def _table(headers: list[str], rows: list[list[nodes.Node | str]]) -> nodes.table:
-    table = nodes.table(classes=["memo-status"])
+def _table(
+    headers: list[str], rows: list[list[nodes.Node | str]], *, css_class: str = "memo-status"
+) -> nodes.table:
+    table = nodes.table(classes=[css_class])
     group = nodes.tgroup(cols=len(headers))
     table += group
     group.extend(nodes.colspec(colwidth=1) for _ in headers)
@@ -153,8 +155,7 @@ class MatrixDirective(SphinxDirective):
                 ),
             ]
         )
-        table = _table(headers, rows)
-        table["classes"].append("memo-matrix")
+        table = _table(headers, rows, css_class="memo-matrix")
         failures = [
             nodes.list_item("", nodes.paragraph(text=f"torch {run.torch}: {failure}"))
             for run in runs

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 __all__ = [
+    "MAX_PLOTTED",
     "BroadcastError",
     "BroadcastRow",
     "BroadcastTable",

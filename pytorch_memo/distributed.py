@@ -36,6 +36,8 @@ from pytorch_memo._procs import descendants, kill_tree
 
 __all__ = [
     "ENV_VARS",
+    "MAX_PROCESSES",
+    "SEED_RANGE",
     "all_reduce_sum",
     "ddp_step",
     "free_port",

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 __all__ = [
+    "MAX_CONV_OPTION",
+    "MAX_STEPS",
+    "MAX_UNFOLDED",
     "GatherExplanation",
     "GatherStep",
     "conv2d_as_matmul",

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "MAX_OFFSETS",
+    "MAX_PLOTTED",
     "StorageMap",
     "element_offsets",
     "plot_storage",
@@ -42,9 +44,9 @@ __all__ = [
 MAX_PLOTTED = 256
 """The most storage elements (and tensor elements) a picture draws."""
 MAX_OFFSETS = 2**24
-"""The most elements whose storage positions a helper lists: 16,777,216, which is
-128 MiB of ``int64`` offsets (``element_offsets``, ``strided_offsets``, ``storage_map``,
-and ``shares_memory`` when it must compare element by element)."""
+"""The most elements whose storage positions a helper lists (16,777,216, which is
+128 MiB of ``int64`` offsets), in ``element_offsets``, ``strided_offsets``,
+``storage_map``, and ``shares_memory`` when it must compare element by element."""
 
 
 def _check_layout(size: Any, stride: Any, storage_offset: Any) -> tuple[tuple[int, ...], ...]:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 __all__ = [
+    "MAX_SAMPLES",
+    "SEED_RANGE",
     "FrequencyCheck",
     "check_frequencies",
     "cross_entropy_by_hand",

@@ -124,7 +124,7 @@ def save_on_rank0(folder: str, map_location: str = "cpu") -> dict[str, Any]:
 def accumulate_no_sync(seed: int, batch_size: int, micro_batches: int = 2) -> dict[str, Any]:
     """Worker: accumulate gradients over micro-batches, all-reducing only at the last one.
 
-    Each rank takes its contiguous share of :func:`make_batch` and splits it into
+    Each rank takes its contiguous share of :func:`~pytorch_memo.distributed.make_batch` and splits it into
     ``micro_batches`` equal parts. Every part but the last runs forward and backward
     under ``model.no_sync()``; each part's mean loss is divided by ``micro_batches``, so
     the accumulated gradient is that of the rank's whole share, and the final all-reduce
@@ -282,11 +282,11 @@ def sync_batchnorm_on_cpu() -> dict[str, Any]:
 
 
 def fsdp2_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
-    """Worker: :func:`make_model` sharded with FSDP2 (``fully_shard``), one SGD step.
+    """Worker: :func:`~pytorch_memo.distributed.make_model` sharded with FSDP2 (``fully_shard``), one SGD step.
 
     Each ``Linear`` and then the whole model go through ``fully_shard``; each rank runs
     its contiguous share of the batch, then ``SGD(lr, momentum=0.9)`` steps (its first
-    step is ``p -= lr * grad``, the step of :func:`reference_step`).
+    step is ``p -= lr * grad``, the step of :func:`~pytorch_memo.distributed.reference_step`).
 
     Args:
         seed: seeds the model and the batch.
@@ -360,8 +360,8 @@ def practice(folder: str, seed: int = 0, batch_size: int = 8) -> dict[str, Any]:
         batch_size: for the same two; a multiple of 2 x the world size.
 
     Returns:
-        Each worker's result under its topic: ``broadcast``, ``save``, ``no_sync``,
-        ``unused``, ``sync_batchnorm``, ``fully_shard``.
+        A dict of each worker's result, by topic (``broadcast``, ``save``, ``no_sync``,
+        ``unused``, ``sync_batchnorm``, ``fully_shard``).
 
     Example:
         >>> import tempfile

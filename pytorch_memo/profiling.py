@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 __all__ = [
+    "MAX_CALLS",
     "MemoryPeak",
     "MemoryReport",
     "ParameterCount",

@@ -73,6 +73,24 @@ def page(browser: Browser) -> Iterator[Page]:
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
+@pytest.fixture(scope="session", params=[c.path for c in memobook.chapters()], ids=lambda p: p.stem)
+def chapter_page(
+    request: pytest.FixtureRequest, browser: Browser, site_url: str
+) -> Iterator[tuple[Path, Page]]:
+    """``(notebook, page)``: each chapter's page, loaded once at 1280 x 900 and shared by
+    the tests that only read it (pytest runs them together, chapter by chapter)."""
+    notebook: Path = request.param
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.goto(f"{site_url}/{notebook.relative_to(memobook.ROOT).with_suffix('.html')}")
+    opened.wait_for_load_state("load")
+    yield notebook, opened
+    context.close()
+    assert not errors, f"JavaScript errors on {notebook.stem}'s page: {errors}"
+
+
 def chapter_pages() -> list[Path]:
     """The chapter notebooks listed in _toc.yml, in reading order."""
     return [c.path for c in memobook.chapters()]

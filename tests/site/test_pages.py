@@ -7,17 +7,12 @@ import json
 import urllib.request
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import Page
 
 import memobook
 from tests.site.conftest import chapter_pages
 
 CHAPTERS = chapter_pages()
-
-
-def _url(site_url: str, notebook: Path) -> str:
-    return f"{site_url}/{notebook.relative_to(memobook.ROOT).with_suffix('.html')}"
 
 
 def _stored_images(notebook: Path) -> int:
@@ -38,9 +33,8 @@ def test_index_leads_to_the_intro_which_lists_every_chapter(page: Page, site_url
         assert any(href.split("#")[0].endswith(f"{notebook.stem}.html") for href in listed)
 
 
-@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
-def test_chapter_renders_outputs_and_figures(page: Page, site_url: str, notebook: Path) -> None:
-    page.goto(_url(site_url, notebook))
+def test_chapter_renders_outputs_and_figures(chapter_page: tuple[Path, Page]) -> None:
+    notebook, page = chapter_page
     title = memobook.source(memobook.load(notebook)["cells"][0]).splitlines()[0][2:]
     assert title.replace("`", "") in page.locator("article h1").first.inner_text()
     outputs = page.locator("article div.cell_output")
@@ -54,9 +48,8 @@ def test_chapter_renders_outputs_and_figures(page: Page, site_url: str, notebook
     assert page.locator("article .output.traceback").count() == 0
 
 
-@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
-def test_launch_buttons_point_at_the_notebook(page: Page, site_url: str, notebook: Path) -> None:
-    page.goto(_url(site_url, notebook))
+def test_launch_buttons_point_at_the_notebook(chapter_page: tuple[Path, Page]) -> None:
+    notebook, page = chapter_page
     hrefs = page.eval_on_selector_all("a", "els => els.map(e => e.href)")
     config = memobook.config()
     repo = memobook.repository_url().removeprefix("https://github.com/")
@@ -66,6 +59,8 @@ def test_launch_buttons_point_at_the_notebook(page: Page, site_url: str, noteboo
     colab = f"https://colab.research.google.com/github/{repo}/blob/{branch}/{path}"
     assert binder in hrefs
     assert colab in hrefs
+    source = f"https://github.com/{repo}/blob/{branch}/{path}?plain=1"
+    assert source in hrefs, "the page's source button shows the notebook in the repository"
     download = next(h for h in hrefs if h.endswith(f"_sources/{path}"))
     with urllib.request.urlopen(download) as response:  # the .ipynb as stored
         assert json.loads(response.read()) == memobook.load(notebook)

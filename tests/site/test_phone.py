@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page
+from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize
 
 import memobook
 from tests.site.conftest import chapter_pages
 
-PHONE = {"width": 390, "height": 844}
-PAGES = [f"{entry.docname}.html" for entry in memobook.toc_entries()] + ["book/api.html"]
+PHONE: ViewportSize = {"width": 390, "height": 844}
+PAGES = [f"{entry.docname}.html" for entry in memobook.toc_entries()]
 OVERFLOW = """() => {
   const width = document.documentElement.clientWidth;
   const wide = [...document.querySelectorAll('body *')].filter(e => {

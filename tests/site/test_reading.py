@@ -19,10 +19,6 @@ from tests.site.conftest import chapter_pages
 CHAPTERS = chapter_pages()
 
 
-def _url(site_url: str, notebook: Path) -> str:
-    return f"{site_url}/{notebook.relative_to(memobook.ROOT).with_suffix('.html')}"
-
-
 @pytest.mark.parametrize(
     ("term", "chapter"), [("channels_last", "creation"), ("register_buffer", "buffers")]
 )
@@ -33,19 +29,17 @@ def test_search_finds_the_chapter(page: Page, site_url: str, term: str, chapter:
     assert any(f"/book/{chapter}.html" in hit for hit in hits), hits
 
 
-@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
-def test_code_cells_have_copy_buttons(page: Page, site_url: str, notebook: Path) -> None:
-    page.goto(_url(site_url, notebook))
+def test_code_cells_have_copy_buttons(chapter_page: tuple[Path, Page]) -> None:
+    notebook, page = chapter_page
     cells = page.locator("article div.cell_input").count()
     assert cells == len(memobook.code_cells(memobook.load(notebook)))
     assert page.locator("article div.cell_input button.copybtn").count() == cells
 
 
-@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
 def test_code_and_outputs_fit_the_column_beside_both_sidebars(
-    page: Page, site_url: str, notebook: Path
+    chapter_page: tuple[Path, Page],
 ) -> None:
-    page.goto(_url(site_url, notebook))  # 1280 px wide: both sidebars are shown
+    _, page = chapter_page  # 1280 px wide: both sidebars are shown
     assert page.locator(".bd-sidebar-primary").is_visible()
     assert page.locator(".bd-sidebar-secondary").is_visible()
     scrolled = page.evaluate(
@@ -59,11 +53,10 @@ def test_code_and_outputs_fit_the_column_beside_both_sidebars(
     assert not scrolled, f"blocks that scroll sideways: {scrolled}"
 
 
-@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_links_to_other_chapters_and_its_helpers(
-    page: Page, site_url: str, notebook: Path
+    chapter_page: tuple[Path, Page],
 ) -> None:
-    page.goto(_url(site_url, notebook))
+    notebook, page = chapter_page
     body = page.locator("article section").first
     hrefs = body.locator("a.reference.internal").evaluate_all(
         "els => els.map(e => e.getAttribute('href'))"
@@ -101,8 +94,8 @@ def test_api_page_documents_every_public_helper(page: Page, site_url: str) -> No
             assert f"pytorch_memo.{module.name}.{name}" in ids, f"{module.name}.{name}"
     # Which chapters use each module: generated from the chapters' imports.
     users = module_users(memobook.ROOT)
-    for module, chapters in users.items():
-        section = page.locator(f"section#{module.replace('.', '-').replace('_', '-')}")
+    for name, chapters in users.items():
+        section = page.locator(f"section#{name.replace('.', '-').replace('_', '-')}")
         used = section.locator("p", has_text="Used by").first.inner_text()
         for chapter in chapters:
-            assert chapter.title in used, f"{module}: {used}"
+            assert chapter.title in used, f"{name}: {used}"
