@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from pytorch_memo._checks import _shown, check_int, check_seconds
+from pytorch_memo._checks import _shown, check_int, check_seconds, check_type
 
 __all__ = [
     "GraphRecorder",
@@ -115,12 +115,7 @@ class GraphRecorder:
         Raises:
             TypeError: ``graph_module`` is not a ``torch.fx.GraphModule``.
         """
-        if not isinstance(graph_module, fx.GraphModule):
-            msg = (
-                "graph_module must be a torch.fx.GraphModule, got "
-                f"{type(graph_module).__name__}: {_shown(graph_module)}"
-            )
-            raise TypeError(msg)
+        check_type("graph_module", graph_module, fx.GraphModule, "a torch.fx.GraphModule")
         nodes = list(graph_module.graph.nodes)
         ops = tuple(_op_name(n) for n in nodes if n.op in _CALLS)
         sizes = tuple(
@@ -167,9 +162,7 @@ class TorchLogs:
         Raises:
             TypeError: ``fragment`` is not a str.
         """
-        if not isinstance(fragment, str):
-            msg = f"fragment must be a str, got {type(fragment).__name__}: {_shown(fragment)}"
-            raise TypeError(msg)
+        check_type("fragment", fragment, str, "a str")
         return [m for m in self.messages if fragment in m]
 
 
@@ -195,8 +188,9 @@ def record_torch_logs() -> Iterator[TorchLogs]:
     For the duration of the block, each of those handlers is replaced by one that keeps
     the records; on exit, even on an error, the original handlers are put back. Which
     messages torch emits is unchanged: the logging levels set by ``TORCH_LOGS`` or
-    ``torch._logging.set_logs`` still decide. The structured trace of ``TORCH_TRACE``
-    keeps its handler.
+    ``torch._logging.set_logs`` still decide; call ``set_logs`` before the block, not
+    inside it (it installs handlers of its own, which the exit would undo). The
+    structured trace of ``TORCH_TRACE`` keeps its handler.
 
     Yields:
         A :class:`TorchLogs` that fills as the block runs.
@@ -265,6 +259,12 @@ def break_even_calls(
     return cost / saving if saving > 0 else math.inf
 
 
+def _check_callable(name: str, value: object) -> None:
+    if not callable(value):
+        msg = f"{name} must be callable, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+
+
 def best_times(*fns: Callable[[], object], repeats: int = 20) -> tuple[float, ...]:
     """The best wall-clock time of each function's call, the functions taking turns.
 
@@ -298,9 +298,7 @@ def best_times(*fns: Callable[[], object], repeats: int = 20) -> tuple[float, ..
         msg = "fns must hold at least one callable, got none"
         raise ValueError(msg)
     for index, fn in enumerate(fns):
-        if not callable(fn):
-            msg = f"fns[{index}] must be callable, got {type(fn).__name__}: {_shown(fn)}"
-            raise TypeError(msg)
+        _check_callable(f"fns[{index}]", fn)
     check_int("repeats", repeats, minimum=1)
     best = [math.inf] * len(fns)
     for _ in range(repeats):
