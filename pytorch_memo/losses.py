@@ -48,6 +48,9 @@ MAX_CLASSES = 2**24
 SEED_RANGE = (-(2**63), 2**64 - 1)
 """The seeds ``torch.Generator.manual_seed`` accepts."""
 MAX_PLOTTED_CLASSES = 64
+MAX_LOGITS = 2**28
+"""The most logits :func:`keep_top_k` and :func:`keep_top_p` filter (1 GiB of float32;
+their work tensors take several times that)."""
 MAX_PLOTTED_ROWS = 12
 
 
@@ -354,11 +357,26 @@ def plot_distributions(
 
 
 def _check_logits(logits: torch.Tensor) -> None:
+    """Logits to filter: floating point, with values, bounded, no NaN or +inf (-inf is a
+    candidate filtered out before, so keep_top_k and keep_top_p can be chained)."""
     check_tensor("logits", logits)
     if logits.dim() == 0 or logits.shape[-1] == 0 or not logits.is_floating_point():
         msg = (
             "logits must be a floating-point tensor with candidates in its last dimension, "
             f"got {logits.dtype} of shape {tuple(logits.shape)}"
+        )
+        raise ValueError(msg)
+    check_values("logits", logits)
+    check_count(
+        "logits", logits.numel(), limit=MAX_LOGITS, what="elements",
+        work="filtering makes several tensors of that size",
+    )  # fmt: skip
+    bad = logits.detach().isnan() | (logits.detach() == float("inf"))
+    if bool(bad.any()):
+        where = tuple(bad.nonzero()[0].tolist())
+        msg = (
+            "logits must not hold NaN or +inf (their softmax is NaN: no candidate can be "
+            f"ranked), got {logits[where].item()} at index {where}"
         )
         raise ValueError(msg)
 
@@ -380,7 +398,9 @@ def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     Raises:
         TypeError: ``logits`` is not a tensor, or ``k`` not an int.
         ValueError: ``logits`` is not floating point with a non-empty last dimension,
-            or ``k`` is outside ``[1, logits.shape[-1]]``.
+            is a meta tensor, has more than :data:`MAX_LOGITS` elements or holds NaN or
+            +inf (-inf is fine: a candidate filtered out before), or ``k`` is
+            outside ``[1, logits.shape[-1]]``.
 
     Used by the chapter *Losses and sampling*.
 
@@ -418,7 +438,9 @@ def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     Raises:
         TypeError: ``logits`` is not a tensor, or ``p`` not a number.
         ValueError: ``logits`` is not floating point with a non-empty last dimension,
-            or ``p`` is outside ``(0, 1]``.
+            is a meta tensor, has more than :data:`MAX_LOGITS` elements or holds NaN or
+            +inf (-inf is fine: a candidate filtered out before), or ``p`` is
+            outside ``(0, 1]``.
 
     Used by the chapter *Losses and sampling*.
 

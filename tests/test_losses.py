@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import matplotlib as mpl
 
 mpl.use("Agg")
@@ -280,6 +282,34 @@ def test_filtered_candidates_are_never_sampled() -> None:
 def test_top_k_top_p_bad_input(call: object, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         call()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("keep", [lambda x: keep_top_k(x, 1), lambda x: keep_top_p(x, 0.5)])
+@pytest.mark.parametrize(
+    ("logits", "match"),
+    [
+        # before: a tensor with NaN kept, or (top-p) every probability NaN and one
+        # candidate kept at random: a result that means nothing, silently
+        (torch.tensor([0.0, float("nan"), 1.0]), r"logits must not hold NaN or \+inf .* got nan at index \(1,\)"),
+        (torch.tensor([[0.0, float("inf")]]), r"logits must not hold NaN or \+inf .* got inf at index \(0, 1\)"),
+        # before: 1 to 4 TiB allocated for an expanded tensor of 2**40 logits
+        (torch.zeros(1).expand(2**40), rf"logits has {2**40} elements; at most {2**28} allowed"),
+        # before (top-p): torch's "numel: integer multiplication overflow"
+        (torch.empty(2**40, device="meta"), "logits must hold values"),
+    ],
+)  # fmt: skip
+def test_top_k_top_p_refuse_logits_without_meaning(
+    keep: Callable[[torch.Tensor], torch.Tensor], logits: torch.Tensor, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        keep(logits)
+
+
+def test_top_k_top_p_take_logits_already_filtered() -> None:
+    logits = torch.tensor([[2.0, float("-inf"), 0.5, 1.0]])  # -inf: filtered before
+    assert keep_top_k(keep_top_p(logits, 0.9), 2).isfinite().tolist() == [
+        [True, False, False, True]
+    ]
 
 
 # -- issue 16: errors that name the argument, the value and what was expected -------------
