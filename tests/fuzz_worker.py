@@ -144,6 +144,8 @@ def _tensors() -> dict[str, Callable[[], Any]]:
         "masked_logits": lambda: torch.tensor([[2.0, -float("inf"), 0.5, 1.0]]),
         "no_candidates": lambda: torch.zeros(3, 0),
         "scalar_int": lambda: torch.tensor(1),
+        "probs64": lambda: torch.tensor([0.5, 1e-6, 0.0, 1.0], dtype=torch.float64),
+        "expanded_probs64": lambda: torch.zeros(1, dtype=torch.float64).expand(2**40),
     }
 
 

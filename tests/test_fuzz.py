@@ -603,6 +603,22 @@ REGISTRY: dict[str, Entry | str] = {
         )
     ),
     "losses.FrequencyCheck": RESULT,
+    "losses.bernstein_tolerance": Entry(
+        calls(
+            [
+                A(
+                    T("probs64"),
+                    [
+                        *T("expanded_probs64", "floats", "negative", "nan_inf", "ints"),
+                        *BAD_TENSORS,
+                        *GARBAGE[:4],
+                    ],
+                ),
+                A([1, 100, 10**7], [0, -1, *INTS]),
+                A([6.0, 1, 0.5, 40.0], [0, -1.0, *NUMBERS]),
+            ]
+        )
+    ),
     # checks
     "checks.raises": Entry(
         calls(
