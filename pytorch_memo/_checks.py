@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import itertools
 import math
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -502,3 +503,54 @@ def check_exception_types(name: str, value: Any) -> tuple[type[BaseException], .
         )
         raise TypeError(msg)
     return classes
+
+
+def check_iterable(name: str, value: Any, *, spelled: str, limit: int, work: str) -> list[Any]:
+    """Return the items of the iterable ``value`` as a list: at most ``limit`` of them.
+
+    At most ``limit + 1`` items are taken, so an endless iterator (``itertools.count()``)
+    is refused instead of filling memory or running forever. A str, bytes or a tensor is
+    refused as the iterable (iterating them gives characters or rows, not items).
+
+    ``spelled`` says what was expected (``"an iterable of tensors"``), ``work`` what the
+    limit protects.
+
+    Example:
+        >>> check_iterable("draws", itertools.count(), spelled="an iterable of Draws",
+        ...                limit=3, work="one bar each")
+        Traceback (most recent call last):
+        ...
+        ValueError: draws must hold at most 3 items (one bar each), got more
+    """
+    if isinstance(value, str | bytes | torch.Tensor) or not isinstance(value, Iterable):
+        msg = f"{name} must be {spelled}, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+    items = list(itertools.islice(value, limit + 1))
+    if len(items) > limit:
+        msg = f"{name} must hold at most {limit} items ({work}), got more"
+        raise ValueError(msg)
+    return items
+
+
+def check_process_group(worker: str) -> None:
+    """Refuse to run the worker ``worker`` outside a joined process group.
+
+    The workers of :mod:`pytorch_memo.distributed` and :mod:`pytorch_memo.parallel`
+    run inside :func:`~pytorch_memo.distributed.run_workers`, which joins the group
+    first; called directly, torch would fail later with a message that does not say
+    which call was wrong, or (``SyncBatchNorm``) return results that mean nothing.
+
+    Example:
+        >>> check_process_group("rank_info")
+        Traceback (most recent call last):
+        ...
+        RuntimeError: rank_info is a worker for run_workers: it needs a joined process group, and torch.distributed.is_initialized() is False here
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        msg = (
+            f"{worker} is a worker for run_workers: it needs a joined process group, and "
+            "torch.distributed.is_initialized() is False here"
+        )
+        raise RuntimeError(msg)

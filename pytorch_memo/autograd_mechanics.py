@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pytorch_memo._checks import _shown
+from pytorch_memo._checks import _shown, check_iterable
 
 __all__ = ["SavedTensor", "SavedTensors", "record_saved_tensors"]
 
 _StorageKey = tuple[str, int]
+MAX_IGNORED = 2**18
+"""The most tensors ``ignore`` may hold (a model's parameters are far fewer)."""
 
 
 @dataclass(frozen=True)
@@ -107,14 +109,12 @@ def _storage(tensor: torch.Tensor) -> tuple[_StorageKey | None, int | None]:
 
 
 def _ignored_keys(ignore: object) -> set[_StorageKey]:
-    if isinstance(ignore, torch.Tensor) or not isinstance(ignore, Iterable):
-        msg = (
-            "ignore must be an iterable of tensors (e.g. model.parameters()), "
-            f"got {type(ignore).__name__}: {_shown(ignore)}"
-        )
-        raise TypeError(msg)
+    tensors = check_iterable(
+        "ignore", ignore, spelled="an iterable of tensors (e.g. model.parameters())",
+        limit=MAX_IGNORED, work="record_saved_tensors reads the storage of each",
+    )  # fmt: skip
     keys = set()
-    for index, tensor in enumerate(ignore):
+    for index, tensor in enumerate(tensors):
         if not isinstance(tensor, torch.Tensor):
             msg = f"ignore[{index}] must be a torch.Tensor, got {type(tensor).__name__}: {_shown(tensor)}"
             raise TypeError(msg)
@@ -140,13 +140,16 @@ def record_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Sav
 
     Args:
         ignore: tensors whose storages not to count, typically ``model.parameters()``
-            (a layer saves its weight, which exists anyway).
+            (a layer saves its weight, which exists anyway); at most
+            :data:`MAX_IGNORED` of them.
 
     Yields:
         A :class:`SavedTensors` that fills while the block runs.
 
     Raises:
         TypeError: ``ignore`` is not an iterable of tensors.
+        ValueError: ``ignore`` holds more than :data:`MAX_IGNORED` tensors (an endless
+            iterator, say).
 
     Example:
         >>> x = torch.ones(4, requires_grad=True)  # 16 bytes

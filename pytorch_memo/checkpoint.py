@@ -383,8 +383,9 @@ def save_checkpoint(
         OSError: writing failed (a full disk: errno ``ENOSPC``, a file size limit:
             ``EFBIG``, no permission: PermissionError, ...); the message names ``path``
             and the cause, and ``path`` is unchanged.
-        UnsafeCheckpointError: ``extra`` holds objects ``weights_only`` refuses (nothing
-            is written).
+        UnsafeCheckpointError: ``extra`` holds objects ``weights_only`` refuses, or
+            objects pickle cannot save (a local function, a generator); nothing is
+            written.
 
     Example:
         >>> import tempfile
@@ -423,6 +424,14 @@ def _write_atomically(target: Path, payload: dict[str, Any], *, shown: str) -> N
     with atomic_file(target, shown=shown) as (file, temporary):
         try:
             torch.save(payload, file)
+        except (pickle.PicklingError, AttributeError, TypeError) as error:
+            # what pickle raises for an object it cannot save (a local function, a
+            # generator, a lambda found under another name): the same refusal as below
+            problem = (
+                f"was not written: it would hold an object pickle cannot save ({error}); "
+                "keep extra (and any module's get_extra_state) to plain data"
+            )
+            raise UnsafeCheckpointError(shown, problem) from error
         except RuntimeError as error:
             # A failed write (full disk, size limit) reaches torch's zip writer as an
             # OSError, which it reports as "[enforce fail ...] unexpected pos": raise the

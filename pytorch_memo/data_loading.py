@@ -10,6 +10,7 @@ ones the chapter runs in workers live here. All data is made up on the spot.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -24,7 +25,16 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from pytorch_memo._checks import check_int, check_type
+from pytorch_memo._checks import (
+    INT64_MAX,
+    _shown,
+    check_axes,
+    check_count,
+    check_int,
+    check_ints,
+    check_tensor,
+    check_type,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -38,6 +48,24 @@ __all__ = [
     "pad_collate",
     "plot_distributed_split",
 ]
+
+
+MAX_LENGTH = 2**24
+"""The longest sequence :class:`VariableLengths` makes (64 MiB of float32)."""
+MAX_PADDED = 2**28
+"""The most elements :func:`pad_collate` pads a batch into (1 GiB of float32)."""
+MAX_SPLIT_WORK = 2**22
+"""The most indices :func:`distributed_split` orders: every rank's sampler orders (and pads)
+``max(length, num_replicas)`` indices in each epoch."""
+MAX_SPLIT_CELLS = 512
+"""The most indices :func:`plot_distributed_split` draws (a cell each)."""
+SEED_MAX = 2**64 - 1
+"""The largest seed ``torch.Generator.manual_seed`` takes."""
+
+
+def _is_list(value: Any) -> bool:
+    """A sequence that is not a str or bytes (whose items are characters)."""
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 
 
 def _worker_id() -> int:
@@ -65,12 +93,12 @@ class TracingDataset(Dataset[dict[str, int]]):
     ``i`` to ``loaded``, the list of the copy of the dataset that ran it.
 
     Args:
-        length: the number of items, an int >= 0.
+        length: the number of items, an int from 0 to ``2**63 - 1`` (what ``len()`` returns).
         tag: an int copied into every item; set the attribute to change it.
 
     Raises:
         TypeError: ``length`` or ``tag`` is not an int.
-        ValueError: ``length`` is negative.
+        ValueError: ``length`` is negative or above ``2**63 - 1``.
 
     Example:
         >>> data = TracingDataset(3, tag=7)
@@ -80,7 +108,7 @@ class TracingDataset(Dataset[dict[str, int]]):
     """
 
     def __init__(self, length: int, *, tag: int = 0) -> None:
-        self.length = check_int("length", length, minimum=0)
+        self.length = check_int("length", length, minimum=0, maximum=INT64_MAX)  # len()'s limit
         self.tag = check_int("tag", tag)
         self.loaded: list[int] = []
 
@@ -137,12 +165,12 @@ class VariableLengths(Dataset[tuple[torch.Tensor, int]]):
     that its origin shows once it is padded into a batch.
 
     Args:
-        count: the number of items, an int >= 0.
-        max_length: the longest sequence, an int >= 1.
+        count: the number of items, an int from 0 to ``2**63 - 1`` (what ``len()`` returns).
+        max_length: the longest sequence, an int from 1 to :data:`MAX_LENGTH`.
 
     Raises:
         TypeError: ``count`` or ``max_length`` is not an int.
-        ValueError: ``count`` is negative or ``max_length`` below 1.
+        ValueError: ``count`` or ``max_length`` is out of range.
 
     Example:
         >>> data = VariableLengths(4, max_length=3)
@@ -151,8 +179,8 @@ class VariableLengths(Dataset[tuple[torch.Tensor, int]]):
     """
 
     def __init__(self, count: int, *, max_length: int = 3) -> None:
-        self.count = check_int("count", count, minimum=0)
-        self.max_length = check_int("max_length", max_length, minimum=1)
+        self.count = check_int("count", count, minimum=0, maximum=INT64_MAX)  # len()'s limit
+        self.max_length = check_int("max_length", max_length, minimum=1, maximum=MAX_LENGTH)
 
     def __len__(self) -> int:
         return self.count
@@ -187,55 +215,101 @@ def pad_collate(
     a lambda cannot.
 
     Args:
-        batch: the items, each ``(sequence, label)`` with ``sequence`` a tensor of
-            shape ``(length, *)``; every item has the same trailing shape ``*``.
-        padding_value: the value written after the end of the shorter sequences.
+        batch: the items, each ``(sequence, label)`` with ``sequence`` a dense tensor of
+            shape ``(length, *)``; every sequence has the same trailing shape ``*``,
+            dtype and device (``pad_sequence`` would silently convert the others to the
+            first one's dtype), and the padded batch holds at most :data:`MAX_PADDED`
+            elements.
+        padding_value: the value written after the end of the shorter sequences: a
+            number the sequences' dtype holds exactly (an integer for integer dtypes,
+            0 or 1 for bool; infinities and NaN only for floating point).
 
     Returns:
         A :class:`PaddedBatch` of ``sequences`` ``(batch, longest, *)``, ``lengths``
         and ``labels``.
 
     Raises:
-        ValueError: ``batch`` is empty, an item is not a pair, or the sequences' trailing
-            shapes differ.
-        TypeError: a sequence is not a tensor of at least one dimension.
+        ValueError: ``batch`` is empty or too large once padded, an item is not a pair,
+            a sequence is not dense, the sequences' trailing shapes, dtypes or devices
+            differ, or their dtype cannot hold ``padding_value``.
+        TypeError: ``batch`` is not a sequence, a sequence is not a tensor of at least
+            one dimension, or ``padding_value`` is not a number.
 
     Example:
         >>> out = pad_collate([(torch.ones(2), 0), (torch.ones(1), 1)], padding_value=-1.0)
         >>> out.sequences.tolist(), out.lengths.tolist(), out.labels.tolist()
         ([[1.0, 1.0], [1.0, -1.0]], [2, 1], [0, 1])
     """
-    if len(batch) == 0:
+    items: Any = batch  # checked one by one: a collate_fn gets what it gets
+    if not _is_list(items):
+        msg = (
+            "batch must be a sequence of (sequence, label) pairs, "
+            f"got {type(items).__name__}: {_shown(items)}"
+        )
+        raise TypeError(msg)
+    if len(items) == 0:
         msg = "batch must hold at least one (sequence, label) item, got an empty batch"
         raise ValueError(msg)
-    items: Sequence[Any] = batch  # checked one by one: a collate_fn gets what it gets
     sequences: list[torch.Tensor] = []
     for position, item in enumerate(items):
         if not isinstance(item, tuple | list) or len(item) != 2:
             msg = f"batch[{position}] must be a (sequence, label) pair, got {type(item).__name__}"
             raise ValueError(msg)
-        sequence = item[0]
-        if not isinstance(sequence, torch.Tensor) or sequence.dim() == 0:
-            shown = (
-                f"a 0-dim tensor {sequence!r}"
-                if isinstance(sequence, torch.Tensor)
-                else type(sequence).__name__
-            )
-            msg = f"batch[{position}][0] must be a tensor of shape (length, *), got {shown}"
-            raise TypeError(msg)
-        if sequences and sequence.shape[1:] != sequences[0].shape[1:]:
+        sequence = check_tensor(f"batch[{position}][0]", item[0])
+        if sequence.dim() == 0:
             msg = (
-                f"batch[{position}][0] has trailing shape {tuple(sequence.shape[1:])}, but "
-                f"batch[0][0] has {tuple(sequences[0].shape[1:])}: only the first dimension "
-                "(the length) may differ"
+                f"batch[{position}][0] must be a tensor of shape (length, *), "
+                f"got a 0-dim tensor {sequence!r}"
             )
-            raise ValueError(msg)
+            raise TypeError(msg)
+        if sequences:
+            first = sequences[0]
+            if sequence.shape[1:] != first.shape[1:]:
+                msg = (
+                    f"batch[{position}][0] has trailing shape {tuple(sequence.shape[1:])}, but "
+                    f"batch[0][0] has {tuple(first.shape[1:])}: only the first dimension "
+                    "(the length) may differ"
+                )
+                raise ValueError(msg)
+            if (sequence.dtype, sequence.device) != (first.dtype, first.device):
+                msg = (
+                    f"batch[{position}][0] is {sequence.dtype} on {sequence.device}, but "
+                    f"batch[0][0] is {first.dtype} on {first.device}: pad_sequence would "
+                    "convert it to the first one's; convert the sequences first"
+                )
+                raise ValueError(msg)
         sequences.append(sequence)
+    longest = max(len(s) for s in sequences)
+    check_count(
+        "batch", len(sequences) * longest * math.prod(sequences[0].shape[1:]),
+        limit=MAX_PADDED, what="elements once padded",
+        work="pad_collate writes every sequence padded to the longest",
+    )  # fmt: skip
+    _check_fits("padding_value", padding_value, sequences[0].dtype)
     return PaddedBatch(
         sequences=pad_sequence(sequences, batch_first=True, padding_value=padding_value),
         lengths=torch.tensor([len(s) for s in sequences], dtype=torch.int64),
         labels=default_collate([item[1] for item in batch]),
     )
+
+
+def _check_fits(name: str, value: Any, dtype: torch.dtype) -> None:
+    """Refuse a number that ``dtype`` cannot hold exactly (torch would round or fail)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        msg = f"{name} must be a number, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg)
+    if dtype == torch.bool:
+        fits = value in (0, 1)
+    elif dtype.is_floating_point or dtype.is_complex:
+        infinite = isinstance(value, float) and not math.isfinite(value)  # or NaN
+        fits = infinite or abs(value) <= torch.finfo(dtype).max  # exact for huge ints
+    else:
+        info = torch.iinfo(dtype)
+        integral = isinstance(value, int) or value.is_integer()
+        fits = integral and info.min <= value <= info.max
+    if not fits:
+        msg = f"{name} must fit {dtype}, the sequences' dtype, got {_shown(value)}"
+        raise ValueError(msg)
 
 
 def distributed_split(
@@ -258,9 +332,14 @@ def distributed_split(
     Args:
         length: the dataset's length, an int >= 1.
         num_replicas: the number of ranks, an int >= 1.
-        epochs: how many epochs to iterate, an int >= 1.
+        epochs: how many epochs to iterate, an int >= 1. Every rank's sampler orders
+            (and pads) ``max(length, num_replicas)`` indices in each epoch:
+            ``epochs x num_replicas x max(length, num_replicas)`` is at most
+            :data:`MAX_SPLIT_WORK`.
         shuffle: passed to the samplers.
-        seed: passed to the samplers, an int >= 0 (every rank must use the same).
+        seed: passed to the samplers, an int >= 0 (every rank must use the same); the
+            samplers seed a ``torch.Generator`` with ``seed + epoch``, so at most
+            ``2**64 - epochs``.
         drop_last: passed to the samplers.
         set_epoch: call ``set_epoch(epoch)`` on every sampler before each epoch.
 
@@ -278,7 +357,21 @@ def distributed_split(
     check_int("length", length, minimum=1)
     check_int("num_replicas", num_replicas, minimum=1)
     check_int("epochs", epochs, minimum=1)
+    work = epochs * num_replicas * max(length, num_replicas)
+    if work > MAX_SPLIT_WORK:
+        msg = (
+            f"epochs x num_replicas x max(length, num_replicas) must be at most "
+            f"{MAX_SPLIT_WORK} (every rank's sampler orders the indices in each epoch), "
+            f"got {epochs} x {num_replicas} x {max(length, num_replicas)}"
+        )
+        raise ValueError(msg)
     check_int("seed", seed, minimum=0)
+    if seed + epochs - 1 > SEED_MAX:
+        msg = (
+            f"seed must be <= {SEED_MAX - epochs + 1} (2**64 - epochs: the samplers seed "
+            f"a torch.Generator with seed + epoch, at most 2**64 - 1), got {seed}"
+        )
+        raise ValueError(msg)
     for name, flag in (("shuffle", shuffle), ("drop_last", drop_last), ("set_epoch", set_epoch)):
         check_type(name, flag, bool, "a bool")
     indices = cast("Dataset[int]", range(length))  # the sampler only asks for len()
@@ -302,6 +395,31 @@ def distributed_split(
     return split
 
 
+def _check_split(split: Any) -> list[list[list[int]]]:
+    """``split`` as :func:`distributed_split` returns it: epochs of ranks of indices."""
+    spelled = "a list of epochs, each a list of ranks' indices"
+    if not _is_list(split):
+        msg = f"split must be {spelled}, got {type(split).__name__}: {_shown(split)}"
+        raise TypeError(msg)
+    checked = []
+    for e, epoch in enumerate(split):
+        if not _is_list(epoch):
+            msg = f"split[{e}] must be a list of ranks' indices, got {type(epoch).__name__}"
+            raise TypeError(msg)
+        checked.append(
+            [check_ints(f"split[{e}][{r}]", rank, minimum=0) for r, rank in enumerate(epoch)]
+        )
+    if not checked or not checked[0]:
+        msg = "split must hold at least one epoch of at least one rank, got an empty split"
+        raise ValueError(msg)
+    cells = sum(len(rank) for epoch in checked for rank in epoch)
+    check_count(
+        "split", cells, limit=MAX_SPLIT_CELLS, what="cells",
+        work="plot_distributed_split draws a cell per index",
+    )  # fmt: skip
+    return [[list(rank) for rank in epoch] for epoch in checked]
+
+
 def plot_distributed_split(
     split: list[list[list[int]]], *, ax: Axes | None = None, title: str = ""
 ) -> Axes:
@@ -319,7 +437,10 @@ def plot_distributed_split(
         The axes drawn on.
 
     Raises:
-        ValueError: ``split`` is empty, or its epochs differ in their number of ranks.
+        TypeError: ``split`` is not a list of lists of lists of ints, ``ax`` not matplotlib
+            axes, or ``title`` not a str.
+        ValueError: ``split`` is empty, has a negative index or more than
+            :data:`MAX_SPLIT_CELLS` indices, or its epochs differ in their number of ranks.
 
     Example:
         >>> ax = plot_distributed_split(distributed_split(4, num_replicas=2, epochs=2))
@@ -329,9 +450,9 @@ def plot_distributed_split(
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
 
-    if not split or not split[0]:
-        msg = "split must hold at least one epoch of at least one rank, got an empty split"
-        raise ValueError(msg)
+    split = _check_split(split)
+    check_axes("ax", ax)
+    check_type("title", title, str, "a str")
     ranks = len(split[0])
     if any(len(epoch) != ranks for epoch in split):
         msg = f"split must have the same number of ranks in every epoch, got {[len(e) for e in split]}"

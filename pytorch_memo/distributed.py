@@ -30,7 +30,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pytorch_memo._checks import check_callable, check_int, check_number, check_seconds
+from pytorch_memo._checks import (
+    check_callable,
+    check_int,
+    check_number,
+    check_process_group,
+    check_seconds,
+)
 from pytorch_memo._compat import ddp_lazy_imports
 from pytorch_memo._procs import descendants, kill_tree
 
@@ -287,7 +293,7 @@ def rank_info() -> dict[str, Any]:
         >>> [i["rank"] for i in info], info[0]["world_size"], info[0]["backend"]
         ([0, 1], 2, 'gloo')
     """
-    _require_group("rank_info")
+    check_process_group("rank_info")
     return {
         "rank": dist.get_rank(),
         "world_size": dist.get_world_size(),
@@ -310,21 +316,12 @@ def all_reduce_sum() -> tuple[torch.Tensor, torch.Tensor]:
         >>> [after.tolist() for _, after in run_workers(all_reduce_sum, world_size=3)]
         [[6.0, 60.0], [6.0, 60.0], [6.0, 60.0]]
     """
-    _require_group("all_reduce_sum")
+    check_process_group("all_reduce_sum")
     rank = dist.get_rank()
     tensor = torch.tensor([rank + 1.0, 10.0 * (rank + 1)])
     before = tensor.clone()
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)  # in place
     return before, tensor
-
-
-def _require_group(worker: str) -> None:
-    if not dist.is_available() or not dist.is_initialized():
-        msg = (
-            f"{worker} is a worker for run_workers: it needs a joined process group, and "
-            "torch.distributed.is_initialized() is False here"
-        )
-        raise RuntimeError(msg)
 
 
 def _check_seed(seed: object) -> int:
@@ -413,7 +410,7 @@ def ddp_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
         True
     """
     rate = _check_step(seed, batch_size, lr)
-    _require_group("ddp_step")
+    check_process_group("ddp_step")
     rank, world = dist.get_rank(), dist.get_world_size()
     if batch_size % world:
         msg = f"batch_size must be a multiple of the world size {world}, got {batch_size}"

@@ -15,12 +15,14 @@ import torch
 
 from pytorch_memo._checks import (
     INT64_MAX,
+    _shown,
     check_axes,
     check_count,
     check_int,
     check_ints,
     check_tensor,
     check_type,
+    check_values,
 )
 
 if TYPE_CHECKING:
@@ -595,6 +597,17 @@ def _cell_text(value: float | bool) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _as_tensor(name: str, value: Any, spelled: str) -> torch.Tensor:
+    """``value`` as a tensor: a dense tensor with values as it is, else converted."""
+    if isinstance(value, torch.Tensor):
+        return check_values(name, check_tensor(name, value))
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        msg = f"{name} must be a tensor or {spelled}, got {type(value).__name__}: {_shown(value)} ({error})"
+        raise TypeError(msg) from None
+
+
 def plot_values(
     rows: Mapping[str, torch.Tensor | Sequence[float]],
     *,
@@ -611,18 +624,21 @@ def plot_values(
     Args:
         rows: the name of each row and its values, 1-D, all of the same length (at most
             256).
-        marked: for some rows (by name), a boolean mask of the cells to mark: they are
-            filled in a warm colour, the others in a light one.
+        marked: for some rows (by name), a boolean mask of the cells to mark (a bool
+            tensor or a sequence of bools): they are filled in a warm colour, the others
+            in a light one.
         ax: the matplotlib axes to draw on; a new figure by default.
-        title: the axes' title.
+        title: the axes' title, a str or None.
 
     Returns:
         The axes drawn on; its y tick labels are the rows' names.
 
     Raises:
-        TypeError: ``rows`` or ``marked`` is not a mapping.
-        ValueError: no rows; a row or mask that is not 1-D, longer than 256 or of
-            another length than the first row; a mask for a row not in ``rows``.
+        TypeError: ``rows`` or ``marked`` is not a mapping, a row is not numbers, a mask
+            not booleans, ``ax`` not matplotlib axes or ``title`` not a str.
+        ValueError: no rows; a row or mask that is not 1-D, longer than 256, of
+            another length than the first row, not dense or without values (meta); a
+            mask for a row not in ``rows``.
 
     Example:
         >>> import torch
@@ -641,11 +657,19 @@ def plot_values(
     check_type("rows", rows, Mapping, "a mapping of names to 1-D values")
     if marked is not None:
         check_type("marked", marked, Mapping, "a mapping of row names to masks")
+    check_axes("ax", ax)
+    if title is not None:
+        check_type("title", title, str, "a str or None")
     if not rows:
         msg = "rows must name at least one row, got an empty mapping"
         raise ValueError(msg)
-    values = {name: torch.as_tensor(row) for name, row in rows.items()}
-    masks = {name: torch.as_tensor(mask) for name, mask in (marked or {}).items()}
+    numbers, bools = "a sequence of numbers", "a sequence of bools"
+    values = {name: _as_tensor(f"rows[{name!r}]", row, numbers) for name, row in rows.items()}
+    masks = {name: _as_tensor(f"marked[{name!r}]", m, bools) for name, m in (marked or {}).items()}
+    for name, given in masks.items():
+        if given.dtype != torch.bool:
+            msg = f"marked[{name!r}] must be a boolean mask, got {given.dtype}"
+            raise TypeError(msg)
     length = next(iter(values.values())).numel()
     for what, named in (("rows", values), ("marked", masks)):
         for name, row in named.items():

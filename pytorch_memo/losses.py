@@ -4,7 +4,8 @@ Used by the chapter *Losses and sampling*. :func:`cross_entropy_by_hand` spells 
 formula that ``torch.nn.functional.cross_entropy`` computes (class weights,
 ``ignore_index``, ``label_smoothing``, every input shape) so the chapter can compare the
 two; :func:`check_frequencies` draws from ``torch.multinomial`` and says how far the
-observed frequencies may stray from the probabilities.
+observed frequencies may stray from the probabilities (a bound that holds for every
+probability, rare classes included).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_SAMPLES",
     "SEED_RANGE",
     "FrequencyCheck",
+    "bernstein_tolerance",
     "check_frequencies",
     "cross_entropy_by_hand",
     "keep_top_k",
@@ -50,6 +52,9 @@ MAX_CLASSES = 2**24
 SEED_RANGE = (-(2**63), 2**64 - 1)
 """The seeds ``torch.Generator.manual_seed`` accepts."""
 MAX_PLOTTED_CLASSES = 64
+MAX_LOGITS = 2**28
+"""The most logits :func:`keep_top_k` and :func:`keep_top_p` filter (1 GiB of float32;
+their work tensors take several times that)."""
 MAX_PLOTTED_ROWS = 12
 
 
@@ -214,7 +219,8 @@ class FrequencyCheck:
     observed: torch.Tensor
     """The fraction of draws that gave each class."""
     tolerance: torch.Tensor
-    """``sigmas`` binomial standard deviations: ``sigmas * sqrt(p (1 - p) / n)``."""
+    """How far each frequency may stray: the ``t`` at which Bernstein's bound on
+    ``P(|X/n - p| >= t)`` equals ``2 * Phi(-sigmas)`` (see :func:`check_frequencies`)."""
 
     @property
     def ok(self) -> bool:
@@ -227,17 +233,34 @@ def check_frequencies(
 ) -> FrequencyCheck:
     """Draw ``num_samples`` classes with ``torch.multinomial`` and compare frequencies.
 
-    The count of class ``c`` in ``n`` independent draws is binomial with mean ``n p``
-    and standard deviation ``sqrt(n p (1 - p))``, so its frequency strays from ``p`` by
-    more than ``sigmas`` of those standard deviations with a probability below
-    ``2 * Phi(-sigmas)`` (about 2e-9 per class for 6). The seed fixes the draw anyway.
+    The count ``X`` of class ``c`` in ``n`` independent draws is binomial with mean
+    ``n p``. Bernstein's inequality bounds its frequency's deviation for every ``p``,
+    however rarely the class is expected (where the normal approximation behind a
+    "``k`` standard deviations" rule fails: a class of ``p = 1e-6`` drawn once in 4000
+    draws is 16 standard deviations away):
+
+        ``P(|X/n - p| >= t) <= 2 exp(-n t**2 / (2 p (1 - p) + 2 t / 3))``
+
+    The tolerance of each class is the ``t`` at which this bound equals
+    ``2 * Phi(-sigmas)``, the probability that a normal variable strays beyond
+    ``sigmas`` standard deviations (about 2e-9 for 6): with ``L = -log Phi(-sigmas)``
+    (20.7 for 6),
+
+        ``t = L / (3 n) + sqrt((L / (3 n))**2 + 2 L p (1 - p) / n)``
+
+    So a correct sampler fails the check of a class with probability below
+    ``2 * Phi(-sigmas)``, for every ``p`` and ``n``. The price of that guarantee: for a
+    class expected many times ``t`` is about ``sqrt(2 L)`` standard deviations (6.4 for
+    ``sigmas=6``, not 6); for a rare class it is about ``2 L / (3 n)``, so a check
+    needs many expected draws per class to be tight. The seed fixes the draw anyway.
 
     Args:
         weights: non-negative weights of shape ``(C,)`` (need not sum to 1).
         num_samples: how many draws, with replacement; at least 1, at most
             :data:`MAX_SAMPLES`.
         seed: seeds the generator of the draw (an int in :data:`SEED_RANGE`).
-        sigmas: the tolerance in standard deviations, positive and finite.
+        sigmas: sets the failure probability per class, ``2 * Phi(-sigmas)``; positive
+            and finite.
 
     Returns:
         A :class:`FrequencyCheck`.
@@ -283,8 +306,54 @@ def check_frequencies(
     draws = torch.multinomial(weights, num_samples, replacement=True, generator=gen)
     p = weights.double() / weights.double().sum()
     observed = torch.bincount(draws, minlength=weights.numel()).double() / num_samples
-    tolerance = sigmas * torch.sqrt(p * (1 - p) / num_samples)
+    tolerance = bernstein_tolerance(p, num_samples, sigmas)
     return FrequencyCheck(expected=p, observed=observed, tolerance=tolerance)
+
+
+def bernstein_tolerance(p: torch.Tensor, n: int, sigmas: float) -> torch.Tensor:
+    """The ``t`` at which Bernstein's bound on ``P(|X/n - p| >= t)`` equals
+    ``2 * Phi(-sigmas)``, for ``X`` binomial of ``n`` draws and probabilities ``p``.
+
+    Solves ``2 exp(-n t**2 / (2 p (1 - p) + 2 t / 3)) = 2 Phi(-sigmas)`` for ``t >= 0``
+    (see :func:`check_frequencies`). ``log Phi(-sigmas)`` comes from
+    ``torch.special.log_ndtr``, exact also where ``Phi(-sigmas)`` underflows.
+
+    Args:
+        p: the probabilities, a float64 tensor.
+        n: the number of draws, an int from 1 to ``2**63 - 1``.
+        sigmas: the failure probability is ``2 * Phi(-sigmas)``; positive and finite.
+
+    Returns:
+        ``t`` per probability, float64.
+
+    Raises:
+        TypeError: ``p`` is not a tensor, ``n`` not an int, ``sigmas`` not a number.
+        ValueError: ``p`` is not float64 in ``[0, 1]`` or has more than
+            :data:`MAX_CLASSES` elements, ``n`` is out of range, or ``sigmas`` <= 0.
+
+    Example:
+        >>> t = bernstein_tolerance(torch.tensor([0.5], dtype=torch.float64), 10_000, 6.0)
+        >>> round(t.item() / 0.005, 2)  # in standard deviations sqrt(p (1 - p) / n)
+        6.58
+    """
+    check_tensor("p", p)
+    check_values("p", p)
+    check_count(
+        "p", p.numel(), limit=MAX_CLASSES, what="probabilities",
+        work="check_frequencies draws from at most 2**24 categories",
+    )  # fmt: skip
+    if p.dtype != torch.float64 or not bool(((p >= 0) & (p <= 1)).all()):
+        msg = f"p must be float64 probabilities in [0, 1], got {p.dtype} {_values(p)}"
+        raise ValueError(msg)
+    draws = float(check_int("n", n, minimum=1, maximum=INT64_MAX))
+    check_number("sigmas", sigmas)
+    if not sigmas > 0:
+        msg = f"sigmas must be positive, got {sigmas}"
+        raise ValueError(msg)
+    log_term = -torch.special.log_ndtr(torch.tensor(-float(sigmas), dtype=torch.float64))
+    linear = log_term / (3 * draws)
+    tolerance: torch.Tensor = linear + torch.sqrt(linear**2 + 2 * log_term * p * (1 - p) / draws)
+    return tolerance
 
 
 def plot_distributions(
@@ -356,11 +425,26 @@ def plot_distributions(
 
 
 def _check_logits(logits: torch.Tensor) -> None:
+    """Logits to filter: floating point, with values, bounded, no NaN or +inf (-inf is a
+    candidate filtered out before, so keep_top_k and keep_top_p can be chained)."""
     check_tensor("logits", logits)
     if logits.dim() == 0 or logits.shape[-1] == 0 or not logits.is_floating_point():
         msg = (
             "logits must be a floating-point tensor with candidates in its last dimension, "
             f"got {logits.dtype} of shape {tuple(logits.shape)}"
+        )
+        raise ValueError(msg)
+    check_values("logits", logits)
+    check_count(
+        "logits", logits.numel(), limit=MAX_LOGITS, what="elements",
+        work="filtering makes several tensors of that size",
+    )  # fmt: skip
+    bad = logits.detach().isnan() | (logits.detach() == float("inf"))
+    if bool(bad.any()):
+        where = tuple(bad.nonzero()[0].tolist())
+        msg = (
+            "logits must not hold NaN or +inf (their softmax is NaN: no candidate can be "
+            f"ranked), got {logits[where].item()} at index {where}"
         )
         raise ValueError(msg)
 
@@ -382,7 +466,9 @@ def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     Raises:
         TypeError: ``logits`` is not a tensor, or ``k`` not an int.
         ValueError: ``logits`` is not floating point with a non-empty last dimension,
-            or ``k`` is outside ``[1, logits.shape[-1]]``.
+            is a meta tensor, has more than :data:`MAX_LOGITS` elements or holds NaN or
+            +inf (-inf is fine: a candidate filtered out before), or ``k`` is
+            outside ``[1, logits.shape[-1]]``.
 
     Used by the chapter *Losses and sampling*.
 
@@ -420,7 +506,9 @@ def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     Raises:
         TypeError: ``logits`` is not a tensor, or ``p`` not a number.
         ValueError: ``logits`` is not floating point with a non-empty last dimension,
-            or ``p`` is outside ``(0, 1]``.
+            is a meta tensor, has more than :data:`MAX_LOGITS` elements or holds NaN or
+            +inf (-inf is fine: a candidate filtered out before), or ``p`` is
+            outside ``(0, 1]``.
 
     Used by the chapter *Losses and sampling*.
 

@@ -35,8 +35,15 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from pytorch_memo._checks import check_int
-from pytorch_memo.distributed import make_batch, make_model
+from pytorch_memo._checks import (
+    check_device,
+    check_int,
+    check_number,
+    check_path,
+    check_process_group,
+    check_tensor,
+)
+from pytorch_memo.distributed import MAX_BATCH, SEED_RANGE, make_batch, make_model
 
 __all__ = [
     "TwoHeads",
@@ -48,6 +55,21 @@ __all__ = [
     "sync_batchnorm_on_cpu",
     "unused_parameter",
 ]
+
+
+def _check_seed_and_batch(seed: Any, batch_size: Any) -> None:
+    check_int("seed", seed, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1])
+    check_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH)
+
+
+def _check_folder(folder: Any) -> Path:
+    path = check_path("folder", folder)
+    if not path.is_dir():
+        msg = (
+            f"folder must be an existing directory (rank 0 saves model.pt in it), got {str(path)!r}"
+        )
+        raise ValueError(msg)
+    return path
 
 
 def _parameters(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -71,12 +93,16 @@ def ddp_broadcast() -> dict[str, torch.Tensor]:
         The parameters after ``DistributedDataParallel(...)`` was built, by name: rank 0's
         initial weights on every rank.
 
+    Raises:
+        RuntimeError: called outside a process group (not through ``run_workers``).
+
     Example:
         >>> from pytorch_memo.distributed import run_workers
         >>> first, second = run_workers(ddp_broadcast, world_size=2)
         >>> all(torch.equal(first[n], second[n]) for n in first)
         True
     """
+    check_process_group("ddp_broadcast")
     model = DistributedDataParallel(make_model(dist.get_rank()))
     return _parameters(model.module)
 
@@ -97,6 +123,12 @@ def save_on_rank0(folder: str, map_location: str = "cpu") -> dict[str, Any]:
         the ``loaded`` state dict, the ``devices`` it landed on and the model's own
         ``weights``.
 
+    Raises:
+        TypeError: ``folder`` is not a path, or ``map_location`` not a str or device.
+        ValueError: ``folder`` is not an existing directory, or ``map_location`` not a
+            device string.
+        RuntimeError: called outside a process group (not through ``run_workers``).
+
     Example:
         >>> import tempfile
         >>> from pytorch_memo.distributed import run_workers
@@ -105,9 +137,11 @@ def save_on_rank0(folder: str, map_location: str = "cpu") -> dict[str, Any]:
         >>> sorted(ranks[1]["loaded"]) == sorted(ranks[0]["weights"])
         True
     """
+    path = _check_folder(folder) / "model.pt"
+    check_device("map_location", map_location)
+    check_process_group("save_on_rank0")
     rank = dist.get_rank()
     model = DistributedDataParallel(make_model(0))
-    path = Path(folder) / "model.pt"
     if rank == 0:
         torch.save(model.module.state_dict(), path)
     dist.barrier()  # no rank goes on before rank 0 has written the file
@@ -140,8 +174,10 @@ def accumulate_no_sync(seed: int, batch_size: int, micro_batches: int = 2) -> di
         under ``no_sync``; ``grads`` and ``all_reduces`` after the last part.
 
     Raises:
-        TypeError: ``micro_batches`` is not an int.
-        ValueError: ``micro_batches`` < 2, or ``batch_size`` does not split evenly.
+        TypeError: ``seed``, ``batch_size`` or ``micro_batches`` is not an int.
+        ValueError: ``seed`` or ``batch_size`` is out of range, ``micro_batches`` < 2, or
+            ``batch_size`` does not split evenly.
+        RuntimeError: called outside a process group (not through ``run_workers``).
 
     Example:
         >>> from pytorch_memo.distributed import run_workers
@@ -149,7 +185,9 @@ def accumulate_no_sync(seed: int, batch_size: int, micro_batches: int = 2) -> di
         >>> [(r["all_reduces_in_no_sync"], r["all_reduces"] > 0) for r in ranks]
         [(0, True), (0, True)]
     """
+    _check_seed_and_batch(seed, batch_size)
     check_int("micro_batches", micro_batches, minimum=2)
+    check_process_group("accumulate_no_sync")
     share = _shard(batch_size, dist.get_world_size() * micro_batches)
     model = DistributedDataParallel(make_model(seed))
     calls: list[int] = []
@@ -191,6 +229,9 @@ def _grads(module: nn.Module) -> dict[str, torch.Tensor | None]:
 class TwoHeads(nn.Module):
     """A model with a layer that its ``forward`` never uses (``unused``).
 
+    ``forward`` takes tensors of shape ``(..., 2)`` of the layers' dtype and device
+    (float32 on CPU as built) and refuses another input, naming ``x``.
+
     Example:
         >>> TwoHeads()(torch.ones(3, 2)).shape
         torch.Size([3, 1])
@@ -203,8 +244,25 @@ class TwoHeads(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Only ``self.used`` takes part."""
+        _check_input(x, self.used)
         out: torch.Tensor = self.used(x)
         return out
+
+
+def _check_input(x: Any, layer: nn.Linear) -> None:
+    """Refuse an ``x`` that ``layer`` cannot take, naming it (not torch's ``mat1``)."""
+    check_tensor("x", x)
+    weight = layer.weight
+    if (
+        x.dim() == 0
+        or x.shape[-1] != layer.in_features
+        or (x.dtype, x.device) != (weight.dtype, weight.device)
+    ):
+        msg = (
+            f"x must be a {weight.dtype} tensor on {weight.device} of shape "
+            f"(..., {layer.in_features}), got {x.dtype} on {x.device} of shape {tuple(x.shape)}"
+        )
+        raise ValueError(msg)
 
 
 def unused_parameter() -> dict[str, Any]:
@@ -218,12 +276,16 @@ def unused_parameter() -> dict[str, Any]:
         flag), ``error`` (the message of the refused forward, or None) and ``grads``
         of the model run with the flag, by name (None where no gradient arrived).
 
+    Raises:
+        RuntimeError: called outside a process group (not through ``run_workers``).
+
     Example:
         >>> from pytorch_memo.distributed import run_workers
         >>> ranks = run_workers(unused_parameter, world_size=2)
         >>> "find_unused_parameters=True" in ranks[0]["error"], ranks[1]["grads"]["unused.bias"]
         (True, None)
     """
+    check_process_group("unused_parameter")
     torch.manual_seed(0)
     x = torch.ones(1, 2)
     plain = DistributedDataParallel(TwoHeads())
@@ -251,11 +313,16 @@ def sync_batchnorm_on_cpu() -> dict[str, Any]:
         converted model's output and that of the same model before conversion
         (``eval_output``, ``eval_reference``).
 
+    Raises:
+        RuntimeError: called outside a process group (not through ``run_workers``), where
+            ``SyncBatchNorm`` would not refuse the training-mode forward.
+
     Example:
         >>> from pytorch_memo.distributed import run_workers
         >>> run_workers(sync_batchnorm_on_cpu, world_size=2)[0]["layer"]
         'SyncBatchNorm'
     """
+    check_process_group("sync_batchnorm_on_cpu")  # outside one, its results mean nothing
     torch.manual_seed(0)
     reference = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).eval()
     x = torch.randn(5, 3)
@@ -301,6 +368,11 @@ def fsdp2_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
         (``state_local_shapes``); the full gradients (``grads``) and parameters after
         the step (``params``), gathered from all ranks.
 
+    Raises:
+        TypeError: ``seed`` or ``batch_size`` is not an int, or ``lr`` not a number.
+        ValueError: an argument is out of range, or ``batch_size`` does not split evenly.
+        RuntimeError: called outside a process group (not through ``run_workers``).
+
     Example:
         >>> from pytorch_memo.distributed import run_workers
         >>> ranks = run_workers(fsdp2_step, 0, 8, world_size=2)
@@ -310,6 +382,9 @@ def fsdp2_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
+    _check_seed_and_batch(seed, batch_size)
+    check_number("lr", lr)
+    check_process_group("fsdp2_step")
     share = _shard(batch_size, dist.get_world_size())
     model = make_model(seed)
     for layer in model.children():
@@ -363,6 +438,10 @@ def practice(folder: str, seed: int = 0, batch_size: int = 8) -> dict[str, Any]:
         A dict of each worker's result, by topic (``broadcast``, ``save``, ``no_sync``,
         ``unused``, ``sync_batchnorm``, ``fully_shard``).
 
+    Raises:
+        TypeError, ValueError: an argument is refused, before any worker runs.
+        RuntimeError: called outside a process group (not through ``run_workers``).
+
     Example:
         >>> import tempfile
         >>> from pytorch_memo.distributed import run_workers
@@ -371,6 +450,9 @@ def practice(folder: str, seed: int = 0, batch_size: int = 8) -> dict[str, Any]:
         >>> sorted(ranks[0])
         ['broadcast', 'fully_shard', 'no_sync', 'save', 'sync_batchnorm', 'unused']
     """
+    _check_folder(folder)
+    _check_seed_and_batch(seed, batch_size)
+    check_process_group("practice")
     return {
         "broadcast": ddp_broadcast(),
         "save": save_on_rank0(folder),

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from pytorch_memo._checks import check_int, check_type
+from pytorch_memo._checks import INT64_MAX, check_axes, check_int, check_iterable, check_type
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -36,6 +36,8 @@ __all__ = [
 ]
 
 _VALUES = ("torch_value", "random_value", "numpy_value", "own_value")
+MAX_PLOTTED_DRAWS = 256
+"""The most draws :func:`plot_draws` shows (a bar each)."""
 
 
 @dataclass(frozen=True)
@@ -74,12 +76,13 @@ class NoisyRange(Dataset[Draw]):
     Used by the chapter *Randomness and reproducibility*.
 
     Args:
-        length: the number of items, an int >= 0.
+        length: the number of items, an int from 0 to ``2**63 - 1`` (what ``len()``
+            returns).
         seed: the seed of the dataset's own generator, an int >= 0.
 
     Raises:
         TypeError: ``length`` or ``seed`` is not an int.
-        ValueError: ``length`` or ``seed`` is negative.
+        ValueError: ``length`` or ``seed`` is negative, or ``length`` above ``2**63 - 1``.
 
     Example:
         >>> data = NoisyRange(3, seed=0)
@@ -90,7 +93,7 @@ class NoisyRange(Dataset[Draw]):
     """
 
     def __init__(self, length: int, *, seed: int) -> None:
-        self.length = check_int("length", length, minimum=0)
+        self.length = check_int("length", length, minimum=0, maximum=INT64_MAX)  # len()'s limit
         self.rng = np.random.default_rng(check_int("seed", seed, minimum=0))
 
     def __len__(self) -> int:
@@ -271,7 +274,7 @@ def plot_draws(
 
     Args:
         draws: :class:`Draw` records, as a DataLoader over :class:`NoisyRange` yields
-            them (``batch_size=None``).
+            them (``batch_size=None``): an iterable of at most :data:`MAX_PLOTTED_DRAWS`.
         value: which draw to show: ``"own_value"``, ``"numpy_value"``,
             ``"random_value"`` or ``"torch_value"``.
         ax: the axes to draw on; a new figure's by default.
@@ -281,8 +284,10 @@ def plot_draws(
         The axes, with one bar patch per draw.
 
     Raises:
-        TypeError: an element of ``draws`` is not a :class:`Draw`.
-        ValueError: ``draws`` is empty, or ``value`` is not one of the four names.
+        TypeError: ``draws`` is not an iterable of :class:`Draw`, ``ax`` not matplotlib
+            axes, or ``title`` not a str.
+        ValueError: ``draws`` is empty or too long, or ``value`` is not one of the four
+            names.
 
     Example:
         >>> ax = plot_draws([NoisyRange(2, seed=0)[i] for i in range(2)])
@@ -291,7 +296,10 @@ def plot_draws(
     """
     import matplotlib.pyplot as plt
 
-    records = list(draws)
+    records = check_iterable(
+        "draws", draws, spelled="an iterable of Draws", limit=MAX_PLOTTED_DRAWS,
+        work="plot_draws draws a bar per item",
+    )  # fmt: skip
     for position, draw in enumerate(records):
         check_type(f"draws[{position}]", draw, Draw, "a Draw")
     if not records:
@@ -300,6 +308,9 @@ def plot_draws(
     if value not in _VALUES:
         msg = f"value must be one of {', '.join(_VALUES)}, got {value!r}"
         raise ValueError(msg)
+    check_axes("ax", ax)
+    if title is not None:
+        check_type("title", title, str, "a str or None")
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 2.4), layout="constrained")
     workers = sorted({d.worker for d in records}, key=lambda w: -1 if w is None else w)

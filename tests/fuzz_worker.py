@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import os
 import pickle
+import pkgutil
 import reprlib
 import resource
 import stat
@@ -138,6 +140,12 @@ def _tensors() -> dict[str, Callable[[], Any]]:
         "sparse_csr": lambda: torch.eye(3).to_sparse_csr(),
         "nested": nested,
         "numpy": lambda: np.arange(6.0).reshape(2, 3),
+        "pairs2": lambda: torch.ones(3, 2),
+        "masked_logits": lambda: torch.tensor([[2.0, -float("inf"), 0.5, 1.0]]),
+        "no_candidates": lambda: torch.zeros(3, 0),
+        "scalar_int": lambda: torch.tensor(1),
+        "probs64": lambda: torch.tensor([0.5, 1e-6, 0.0, 1.0], dtype=torch.float64),
+        "expanded_probs64": lambda: torch.zeros(1, dtype=torch.float64).expand(2**40),
     }
 
 
@@ -255,6 +263,7 @@ def _modules() -> dict[str, Callable[[], Any]]:
 
 def _objects(memo: dict[Spec, Any]) -> dict[str, Callable[[], Any]]:
     import matplotlib.pyplot as plt
+    import numpy as np
     import torch
     from torch.profiler import profile
 
@@ -271,6 +280,12 @@ def _objects(memo: dict[Spec, Any]) -> dict[str, Callable[[], Any]]:
 
     def raising() -> None:
         raise CallerError("from the caller's callable")
+
+    def draws() -> list[Any]:
+        from pytorch_memo.randomness import NoisyRange
+
+        data = NoisyRange(3, seed=0)
+        return [data[i] for i in range(3)]
 
     def sgd() -> Any:
         return torch.optim.SGD(model().parameters(), lr=0.1)
@@ -303,7 +318,22 @@ def _objects(memo: dict[Spec, Any]) -> dict[str, Callable[[], Any]]:
         "worker_rank_info": lambda: importlib.import_module("pytorch_memo.distributed").rank_info,
         "lambda": lambda: lambda: 0,
         "generator": lambda: (i for i in range(3)),
+        "numpy_int": lambda: np.int64(1),
+        "parameters": lambda: model().parameters(),
+        "endless_tensors": lambda: itertools.repeat(torch.ones(2)),
+        "draws": draws,
+        "endless_draws": lambda: itertools.repeat(draws()[0]),
+        "tracing_dataset": lambda: memo_module("data_loading").TracingDataset(3, tag=1),
+        "variable_lengths": lambda: memo_module("data_loading").VariableLengths(4),
+        "split": lambda: memo_module("data_loading").distributed_split(5, num_replicas=2, epochs=2),
+        "huge_split": lambda: [[list(range(10**6))]],
+        "noisy_range": lambda: memo_module("randomness").NoisyRange(3, seed=0),
+        "two_heads": lambda: memo_module("parallel").TwoHeads(),
     }
+
+
+def memo_module(name: str) -> Any:
+    return importlib.import_module(f"pytorch_memo.{name}")
 
 
 def nn_other() -> Any:
@@ -348,7 +378,15 @@ def _call_folder(root: Path) -> Iterator[Path]:
 
 
 def _body(name: str) -> None:
-    """What the block of ``raises`` does in a fuzzed call."""
+    """What the block of a context manager (``raises``...) does in a fuzzed call."""
+    import torch
+
+    if name == "autograd":  # saves tensors for backward, then runs it
+        x = torch.ones(3, requires_grad=True)
+        (x * x).exp().sum().backward()
+    if name == "autograd_meta":  # saves tensors without storage
+        x = torch.ones(3, device="meta", requires_grad=True)
+        (x * x).sum()
     if name == "value_error":
         raise ValueError("bad value: x")
     if name == "key_error":
@@ -357,9 +395,67 @@ def _body(name: str) -> None:
         raise CallerError("from the block")
 
 
+def resolve(helper: str) -> Any:
+    """The object ``module.name`` (or a method, ``module.Class.method``) names."""
+    module_name, _, name = helper.partition(".")
+    found: Any = importlib.import_module(f"pytorch_memo.{module_name}")
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _exercise(result: Any) -> None:
+    """Use what a call returned as its caller would, so a result that only fails later
+    (a dataset whose ``len()`` overflows, whose last item cannot be made) fails here."""
+    from dataclasses import is_dataclass
+
+    from torch.utils.data import Dataset, IterableDataset
+
+    if isinstance(result, IterableDataset):
+        list(itertools.islice(iter(result), 3))
+    elif isinstance(result, Dataset):
+        length = len(result)  # type: ignore[arg-type]
+        if length:
+            result[0]
+            result[length - 1]
+    elif is_dataclass(result) and not isinstance(result, type):
+        repr(result)
+
+
+def _global_state() -> dict[str, Any]:
+    """torch's process-wide switches a helper must leave as it found them."""
+    import torch
+
+    return {
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "grad mode": torch.is_grad_enabled(),
+        "default dtype": torch.get_default_dtype(),
+    }
+
+
+def _restore(state: dict[str, Any]) -> None:
+    import torch
+
+    torch.use_deterministic_algorithms(
+        state["deterministic algorithms"], warn_only=state["deterministic warn_only"]
+    )
+    torch.set_grad_enabled(state["grad mode"])
+    torch.set_default_dtype(state["default dtype"])
+
+
 def run(helper: str, args: list[Any], kwargs: dict[str, Any], body: str | None, root: Path) -> Any:
-    module_name, _, name = helper.rpartition(".")
-    function = getattr(importlib.import_module(f"pytorch_memo.{module_name}"), name)
+    before = _global_state()
+    reply = _run(helper, args, kwargs, body, root)
+    after = _global_state()
+    reply["leaked"] = [f"{k}: {before[k]} -> {after[k]}" for k in before if after[k] != before[k]]
+    if reply["leaked"]:
+        _restore(before)
+    return reply
+
+
+def _run(helper: str, args: list[Any], kwargs: dict[str, Any], body: str | None, root: Path) -> Any:
+    function = resolve(helper)
     memo: dict[Spec, Any] = {}
     with _call_folder(root) as folder:
         _catalogue.update(
@@ -373,11 +469,11 @@ def run(helper: str, args: list[Any], kwargs: dict[str, Any], body: str | None, 
         shown = {"paths": [str(v) for v in memo.values() if isinstance(v, Path)]}
         try:
             if body is not None:  # a context manager: run the block inside it
-                with function(*built_args, **built_kwargs):
+                with function(*built_args, **built_kwargs) as result:
                     _body(body)
-                result = None
             else:
                 result = function(*built_args, **built_kwargs)
+            _exercise(result)
         except BaseException as error:  # noqa: BLE001 - reported to the test
             return {
                 "outcome": "error",
@@ -420,11 +516,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    for module in (
-        "tensors", "layout", "broadcasting", "indexing", "autograd", "modules", "checkpoint",
-        "archive", "profiling", "extensions", "devices", "distributed", "losses", "checks",
-    ):  # fmt: skip
-        importlib.import_module(f"pytorch_memo.{module}")
+    import pytorch_memo
+
+    for info in pkgutil.iter_modules(pytorch_memo.__path__):  # every helper's module
+        importlib.import_module(f"pytorch_memo.{info.name}")
     root = Path(tempfile.mkdtemp(prefix="calls-", dir=sys.argv[2]))  # the test removes it
     _warm_up()  # what the calls use lazily is mapped before the limit, not counted as theirs
     limit = _limit_memory()

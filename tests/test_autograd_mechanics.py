@@ -195,3 +195,15 @@ def test_repr_says_count_and_bytes() -> None:
 def test_bad_ignore_is_named(ignore: object, message: str) -> None:
     with pytest.raises(TypeError, match=message), record_saved_tensors(ignore=ignore):  # type: ignore[arg-type]
         pass
+
+
+def test_an_endless_ignore_is_refused() -> None:
+    # before: record_saved_tensors(ignore=itertools.repeat(t)) never returned
+    with (
+        pytest.raises(ValueError, match=r"ignore must hold at most 262144 items"),
+        record_saved_tensors(ignore=itertools.repeat(torch.ones(1))),
+    ):
+        pass
+    with record_saved_tensors(ignore=itertools.repeat(torch.ones(1), 2**18)) as saved:
+        pass
+    assert saved.count == 0

@@ -338,6 +338,25 @@ def test_save_refuses_extra_that_weights_only_would_refuse(tmp_path: Path) -> No
     assert _leftovers(tmp_path) == []
 
 
+_MODULE_LAMBDA = lambda: 0  # pickled by name: "<lambda>" finds no object
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: lambda: 0, "Can't pickle local object"),  # before: a bare AttributeError
+        (lambda: (i for i in range(2)), "cannot pickle 'generator' object"),  # a TypeError
+        (lambda: _MODULE_LAMBDA, "attribute lookup <lambda> on tests.test_checkpoint failed"),
+    ],
+)
+def test_save_refuses_extra_that_pickle_cannot_save(make: Any, match: str, tmp_path: Path) -> None:
+    path = tmp_path / "c.pt"
+    with pytest.raises(UnsafeCheckpointError, match=rf"c\.pt.*pickle cannot save .*{match}"):
+        save_checkpoint(path, model=nn.Linear(2, 2), extra={"x": make()}, rng=False)
+    assert not path.exists()
+    assert _leftovers(tmp_path) == []
+
+
 # ------------------------------------------------------------ damaged and hostile files
 
 

@@ -81,6 +81,17 @@ def test_tracing_dataset_bad_arguments() -> None:
         TracingDataset(2, tag="a")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("make", [TracingDataset, VariableLengths])
+@pytest.mark.parametrize("length", [2**63, 2**70])
+def test_a_length_len_cannot_return_is_refused(make: type[object], length: int) -> None:
+    # before: accepted, then len() raised "OverflowError: cannot fit 'int' into an
+    # index-sized integer" (in a DataLoader, with no word of the dataset's length)
+    name = "length" if make is TracingDataset else "count"
+    with pytest.raises(ValueError, match=rf"{name} must be <= {2**63 - 1}, got {length}"):
+        make(length)
+    assert len(make(2**63 - 1)) == 2**63 - 1  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------------- CountingStream
 
 
@@ -123,6 +134,14 @@ def test_variable_lengths_items() -> None:
         data[5]
     with pytest.raises(ValueError, match="max_length must be >= 1, got 0"):
         VariableLengths(3, max_length=0)
+
+
+def test_variable_lengths_refuses_items_without_bound() -> None:
+    # before: VariableLengths(2**62, max_length=2**62)[2**62 - 1] tried to allocate 2**64 bytes
+    with pytest.raises(ValueError, match=rf"max_length must be <= {2**24}, got {2**62}"):
+        VariableLengths(2**62, max_length=2**62)
+    data = VariableLengths(2**62, max_length=2**24)
+    assert data[2**24 - 1][0].shape == (2**24,)
 
 
 def _padded_by_hand(sequences: list[torch.Tensor], value: float) -> torch.Tensor:
@@ -175,6 +194,81 @@ def test_pad_collate_tensor_labels_are_stacked() -> None:
 def test_pad_collate_bad_batches(batch: list[object], error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         pad_collate(batch)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("batch", "error", "match"),
+    [
+        # before: "object of type 'int' has no len()" and the like, naming no argument
+        (3, TypeError, "batch must be a sequence of .sequence, label. pairs, got int: 3"),
+        ((i for i in range(2)), TypeError, "batch must be a sequence .* got generator"),
+        ("ab", TypeError, "batch must be a sequence .* got str"),
+        ([(torch.eye(2).to_sparse(), 0)], ValueError, r"batch\[0\]\[0\] must be a strided"),
+        # before: padded into 4 TiB (an expanded sequence of 2**40 elements)
+        ([(torch.zeros(1).expand(2**40), 0)], ValueError,
+         rf"batch has {2**40} elements once padded; at most {2**28} allowed"),
+        # before: silently converted to the first sequence's dtype (1.5 -> 1, 2j -> 0)
+        ([(torch.tensor([1, 2]), 0), (torch.tensor([1.5]), 1)], ValueError,
+         r"batch\[1\]\[0\] is torch.float32 on cpu, but batch\[0\]\[0\] is torch.int64 on cpu"),
+        ([(torch.ones(2), 0), (torch.ones(1, dtype=torch.complex64), 1)], ValueError,
+         r"batch\[1\]\[0\] is torch.complex64 on cpu, but batch\[0\]\[0\] is torch.float32"),
+        ([(torch.ones(2), 0), (torch.ones(1, device="meta"), 1)], ValueError,
+         r"batch\[1\]\[0\] is torch.float32 on meta, but batch\[0\]\[0\] is torch.float32 on cpu"),
+    ],
+)  # fmt: skip
+def test_pad_collate_names_what_it_cannot_pad(
+    batch: object, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        pad_collate(batch)  # type: ignore[arg-type]
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_pad_collate_names_a_nested_sequence() -> None:
+    # made in the test, not at collection: torch warns once per process about nested
+    # tensors, and test_broadcasting checks that warning
+    nested = torch.nested.nested_tensor([torch.ones(1), torch.ones(2)])
+    # before: torch's "Internal error: NestedTensorImpl doesn't support sizes"
+    with pytest.raises(ValueError, match=r"batch\[0\]\[0\] must be a strided \(dense\)"):
+        pad_collate([(nested, 0)])
+
+
+@pytest.mark.parametrize(
+    ("sequence", "value", "error", "match"),
+    [
+        # before: torch's "value cannot be converted to type float without overflow"
+        (torch.ones(2), 1e308, ValueError, r"padding_value must fit torch.float32, the sequences' dtype, got 1e\+308"),
+        (torch.ones(2), 10**400, ValueError, r"padding_value must fit torch.float32"),
+        # before: silently truncated to 0, or to the int64 range
+        (torch.tensor([1, 2]), 0.5, ValueError, "padding_value must fit torch.int64, the sequences' dtype, got 0.5"),
+        (torch.tensor([1, 2]), float("nan"), ValueError, r"padding_value must fit torch.int64"),
+        (torch.tensor([1, 2]), 2**63, ValueError, r"padding_value must fit torch.int64"),
+        (torch.tensor([True]), 2, ValueError, "padding_value must fit torch.bool, the sequences' dtype, got 2"),
+        (torch.ones(2), "0", TypeError, "padding_value must be a number, got str"),
+        (torch.ones(2), True, TypeError, "padding_value must be a number, got bool"),
+    ],
+)  # fmt: skip
+def test_pad_collate_refuses_a_padding_value_the_dtype_cannot_hold(
+    sequence: torch.Tensor, value: object, error: type[Exception], match: str
+) -> None:
+    batch = [(sequence, 0), (sequence[:1], 1)]
+    with pytest.raises(error, match=match):
+        pad_collate(batch, padding_value=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("sequence", "value"),
+    [(torch.ones(2), float("-inf")), (torch.ones(2), float("nan")), (torch.tensor([1, 2]), -1),
+     (torch.tensor([1, 2]), 7.0), (torch.tensor([True]), 0)],
+)  # fmt: skip
+def test_pad_collate_pads_with_any_value_the_dtype_holds(
+    sequence: torch.Tensor, value: float
+) -> None:
+    out = pad_collate([(sequence, 0), (sequence[:1], 1)], padding_value=value)
+    assert out.sequences.dtype == sequence.dtype
+    torch.testing.assert_close(
+        out.sequences[1, 1:], torch.full_like(sequence[1:], value), equal_nan=True
+    )
 
 
 def test_pad_collate_in_workers_matches_the_main_process() -> None:
@@ -289,8 +383,16 @@ def test_distributed_split_repeats_without_set_epoch() -> None:
         ({"seed": -1}, ValueError, "seed must be >= 0, got -1"),
         ({"shuffle": 1}, TypeError, "shuffle must be a bool, got int"),
         ({"set_epoch": None}, TypeError, "set_epoch must be a bool, got NoneType"),
+        # before: a hang (2**40 samplers or epochs) or a 8 TiB allocation (length)
+        ({"length": 2**40}, ValueError, r"epochs x num_replicas x max\(length, num_replicas\) must be at most 4194304"),
+        ({"num_replicas": 2**40}, ValueError, r"epochs x num_replicas x max\(length, num_replicas\)"),
+        ({"epochs": 2**40}, ValueError, r"epochs x num_replicas x max\(length, num_replicas\)"),
+        ({"length": 1, "num_replicas": 2**11, "epochs": 2}, ValueError, r"got 2 x 2048 x 2048"),
+        # before: torch's "Overflow when unpacking long long", from the sampler's generator
+        ({"seed": 2**64}, ValueError, rf"seed must be <= {2**64 - 1} .*seed \+ epoch.*got {2**64}"),
+        ({"seed": 2**64 - 1, "epochs": 2}, ValueError, rf"seed must be <= {2**64 - 2} "),
     ],
-)
+)  # fmt: skip
 def test_distributed_split_bad_arguments(
     kwargs: dict[str, object], error: type[Exception], match: str
 ) -> None:
@@ -317,3 +419,35 @@ def test_plot_distributed_split_hatches_the_padding() -> None:
 def test_plot_distributed_split_bad_input(split: list[list[list[int]]], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         plot_distributed_split(split)
+
+
+def test_distributed_split_takes_the_largest_seed_that_fits() -> None:
+    split = distributed_split(4, num_replicas=2, epochs=2, seed=2**64 - 2)
+    assert sorted(i for shard in split[1] for i in shard) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("split", "kwargs", "error", "match"),
+    [
+        # before: "'int' object is not subscriptable" and the like, naming no argument
+        (3, {}, TypeError, "split must be a list of epochs, each a list of ranks' indices, got int"),
+        ([[3]], {}, TypeError, r"split\[0\]\[0\] must be a sequence of ints, got int"),
+        ([[["a"]]], {}, TypeError, r"split\[0\]\[0\]\[0\] must be an int, got str"),
+        ([[[True]]], {}, TypeError, r"split\[0\]\[0\]\[0\] must be an int, got bool"),
+        ([[[-1]]], {}, ValueError, r"split\[0\]\[0\]\[0\] must be >= 0, got -1"),
+        ([[[1.5]]], {}, TypeError, r"split\[0\]\[0\]\[0\] must be an int, got float"),
+        ([3, 4], {}, TypeError, r"split\[0\] must be a list of ranks' indices, got int"),
+        (torch.ones(2, 2, 2), {}, TypeError, "split must be a list of epochs"),
+        # before: drew a million cells (a hang)
+        ([[list(range(10**6))]], {}, ValueError, r"split has 1000000 cells; at most 512 allowed"),
+        # before: AttributeError: 'str' object has no attribute 'add_patch'
+        ([[[0]]], {"ax": "ax"}, TypeError, "ax must be a matplotlib Axes"),
+        ([[[0]]], {"title": 3}, TypeError, "title must be a str, got int"),
+    ],
+)  # fmt: skip
+def test_plot_distributed_split_names_a_bad_argument(
+    split: object, kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        plot_distributed_split(split, **kwargs)  # type: ignore[arg-type]
+    plt.close("all")

@@ -3,6 +3,12 @@
 The helpers are found from each public module's ``__all__``, so a new helper cannot be
 left out: :func:`test_every_public_callable_is_registered` fails until it has a
 strategy below (or, for a class, is registered as the result type or exception it is).
+A class that is neither (a dataset, a model) has its constructor fuzzed, and its
+methods that take arguments (public ones and ``__getitem__``) are found and fuzzed too.
+What a call returns is then used as a caller would: a dataset's ``len()`` and its first
+and last items, an iterable dataset's first items, a dataclass's ``repr``. A call must
+also leave torch's process-wide switches (deterministic algorithms, grad mode, default
+dtype) as it found them.
 
 Each call runs in one worker process (tests/fuzz_worker.py) whose address space is
 limited (``RLIMIT_AS``: its size after the imports plus 2 GiB), with a hard time bound
@@ -170,10 +176,13 @@ class Arguments:
             kwargs[VARARG_NAMES[i]] = value
         return Call(args, kwargs, body)
 
-    def sweep(self) -> Iterator[Call]:
-        """Every value of every argument once, the others at their first valid value."""
+    def sweep(self, required: frozenset[str] = frozenset()) -> Iterator[Call]:
+        """Every value of every argument once, the others at their first valid value
+        (a keyword is left out unless it is ``required``: keyword-only without default)."""
         base = {
-            slot: [arg.valid[0]] if self.always_one or slot.startswith("#") else []
+            slot: [arg.valid[0]]
+            if self.always_one or slot.startswith("#") or slot in required
+            else []
             for slot, arg in self.slots()
         }
         bodies: list[str | None] = list(self.body) if self.body else [None]
@@ -198,19 +207,26 @@ def calls(
 
 
 @st.composite
-def drawn(draw: st.DrawFn, arguments: Arguments) -> Call:
+def drawn(draw: st.DrawFn, arguments: Arguments, required: frozenset[str] = frozenset()) -> Call:
     """A call with every argument drawn from valid and hostile values, or (half of the
-    calls, and all with ``always_one``) valid arguments but for one hostile one."""
+    calls, and all with ``always_one``) valid arguments but for one hostile one. A
+    keyword may be left out (its default) unless it is ``required``."""
     slots = arguments.slots()
+    hostile = [slot for slot, arg in slots if arg.hostile]
     one = arguments.always_one or draw(st.booleans())
-    bad = draw(pick([slot for slot, _ in slots])) if one and slots else None
+    bad = draw(pick(hostile)) if one and hostile else None
     chosen: dict[str, list[Any]] = {}
     for slot, arg in slots:
         pool = arg.valid + arg.hostile if not one else arg.hostile if slot == bad else arg.valid
         count = 1
         if slot in ("*", "**"):
             count = draw(st.integers(1 if slot == bad else 0, 3))
-        elif not slot.startswith("#") and slot != bad and not arguments.always_one:
+        elif (
+            not slot.startswith("#")
+            and slot != bad
+            and slot not in required
+            and not arguments.always_one
+        ):
             count = draw(st.integers(0, 1))  # a keyword may be left out: its default
         chosen[slot] = [draw(pick(pool)) for _ in range(count)]
     body = None if arguments.body is None else draw(pick(arguments.body))
@@ -219,14 +235,25 @@ def drawn(draw: st.DrawFn, arguments: Arguments) -> Call:
 
 @dataclass(frozen=True)
 class Entry:
-    """How to fuzz one helper, and what its contract lets through besides argument errors."""
+    """How to fuzz one helper, and what its contract lets through besides argument errors.
+
+    ``passes_through``: errors let through as they are (the caller's own, or a contract's
+    ``AssertionError``); ``allowed``: error types the contract raises besides
+    :data:`ALLOWED` (``IndexError`` from a dataset's ``__getitem__``), whose messages
+    must name the argument too.
+    """
 
     arguments: Arguments
     passes_through: tuple[str, ...] = ()
     names: tuple[str, ...] = ()  # names an error may use for its varargs, ``t0``...
+    allowed: tuple[str, ...] = ()
 
 
 RESULT, ERROR = "result type", "exception or warning"
+"""A class registered as RESULT is a dataclass or a NamedTuple a helper returns; a class
+with an :class:`Entry` is called (its constructor fuzzed) like a function, and its
+methods that take arguments are registered as ``module.Class.method``, the instance
+given as their first argument (a slot with no hostile values: ``SELF``)."""
 
 # -- the registry: every public callable --------------------------------------------------
 
@@ -254,6 +281,51 @@ GATHER = [
 MODULE = A(M(*MODULE_NAMES), GARBAGE)
 PATH_OR_DIR = A(P("build_dir", "directory", "missing"), [*P(*PATH_NAMES), *BAD_PATHS])
 AVERAGES = A([*O("averages"), []], [[1, 2], *GARBAGE])
+LENGTH = A([0, 3], [-1, 2**63, *INTS])  # a dataset's length (len() takes < 2**63)
+INDEX = A([0, 2], [3, -1, -4, 2**70, *O("numpy_int"), *T("scalar_int"), *INTS])
+LOGITS = A(
+    T("vector", "logits", "floats", "half", "masked_logits", "empty"),
+    [*T("nan_inf", "ints", "bool", "complex", "scalar", "no_candidates", "expanded_huge",
+        "meta_huge"), *BAD_TENSORS, *GARBAGE],
+)  # fmt: skip
+FOLDER = A(P("directory", "str_dir"), [*P("missing", "fifo", "text", "dev_null"), *BAD_PATHS])
+BATCH = A([8, 16], [0, -1, 3, 2**20 + 1, *INTS])  # a global batch (world size 2)
+VECTOR = T("vector")[0]
+IGNORE_HOSTILE: list[Any] = [
+    VECTOR, [1], [None], "ab", *O("generator", "endless_tensors"), [T("nested")[0]],
+    [T("sparse")[0]], [T("meta_small")[0]], *GARBAGE,
+]  # fmt: skip
+PAIRS_VALID: list[Any] = [
+    [(VECTOR, 0), (T("strided")[0], 1)], [(T("floats")[0], 1)], ((VECTOR, 0.5),),
+    [[VECTOR, T("scalar_int")[0]]],
+]  # fmt: skip
+PAIRS_HOSTILE: list[Any] = [
+    [], [(VECTOR, 0), (T("floats")[0], 1)], [(T("scalar")[0], 0)], [(T("nested")[0], 0)],
+    [(T("sparse")[0], 0)], [(T("meta_small")[0], 0)], [(T("expanded_huge")[0], 0)],
+    [(VECTOR, "a"), (VECTOR, 1)], [(VECTOR, 0), (T("index1")[0], 1)],
+    [(VECTOR, 0), (T("complex")[0], 1)], [(VECTOR,)], [VECTOR], [(VECTOR, 0, 1)], {"a": 1},
+    [(3, 0)], *O("generator"), *GARBAGE,
+]  # fmt: skip
+SPLIT_HOSTILE: list[Any] = [
+    [], [[]], [[[0]], [[0], [1]]], [[["a"]]], [[[1.5]]], [[[-1]]], [[[True]]], [[[2**70]]],
+    [[3]], [[[VECTOR]]], *O("huge_split"), *GARBAGE,
+]  # fmt: skip
+ROWS_HOSTILE: list[Any] = [
+    {}, {"a": T("nested")[0]}, {"a": "abc"}, {"a": T("meta_small")[0]}, {1: [1.0]},
+    {"a": [[1.0]]}, {"a": T("complex")[0]}, {"a": T("expanded_huge")[0]},
+    {"a": [1.0], "b": [1.0, 2.0]}, {"a": T("sparse")[0]}, {"a": [2**70]},
+    {"a": T("nan_inf")[0]}, {"a": O("object")[0]}, {"a": [1.0] * 300}, *GARBAGE,
+]  # fmt: skip
+MARKS_HOSTILE: list[Any] = [
+    {"b": [True] * 3}, {"a": [1, 0]}, {"a": "yes"}, {"a": T("meta_small")[0]},
+    {"a": [2.5, 0.0, 1.0]}, [1], 3,
+]  # fmt: skip
+
+
+def SELF(name: str) -> A:
+    """The instance a method is called on (not fuzzed: any other is another class's)."""
+    return A(O(name), [])
+
 
 REGISTRY: dict[str, Entry | str] = {
     # tensors
@@ -531,6 +603,22 @@ REGISTRY: dict[str, Entry | str] = {
         )
     ),
     "losses.FrequencyCheck": RESULT,
+    "losses.bernstein_tolerance": Entry(
+        calls(
+            [
+                A(
+                    T("probs64"),
+                    [
+                        *T("expanded_probs64", "floats", "negative", "nan_inf", "ints"),
+                        *BAD_TENSORS,
+                        *GARBAGE[:4],
+                    ],
+                ),
+                A([1, 100, 10**7], [0, -1, *INTS]),
+                A([6.0, 1, 0.5, 40.0], [0, -1.0, *NUMBERS]),
+            ]
+        )
+    ),
     # checks
     "checks.raises": Entry(
         calls(
@@ -546,11 +634,139 @@ REGISTRY: dict[str, Entry | str] = {
         passes_through=("builtins.AssertionError", "builtins.KeyError", CALLER_ERROR),
     ),
     "checks.Raised": RESULT,
+    # autograd mechanics
+    "autograd_mechanics.record_saved_tensors": Entry(
+        calls(
+            [],
+            {"ignore": A([(), *O("parameters"), [VECTOR], (VECTOR, VECTOR)], IGNORE_HOSTILE)},
+            body=["autograd", "autograd_meta", "nothing", "caller_error"],
+        ),
+        passes_through=(CALLER_ERROR,),
+    ),
+    "autograd_mechanics.SavedTensor": RESULT,
+    "autograd_mechanics.SavedTensors": RESULT,
+    # data loading: datasets are made, then their length and first and last items read
+    "data_loading.TracingDataset": Entry(calls([LENGTH], {"tag": A([0, 7, -1], INTS)})),
+    "data_loading.TracingDataset.__getitem__": Entry(
+        calls([SELF("tracing_dataset"), INDEX]), allowed=("builtins.IndexError",)
+    ),
+    "data_loading.CountingStream": Entry(calls([LENGTH], {"shard": BOOL})),
+    "data_loading.VariableLengths": Entry(
+        calls([LENGTH], {"max_length": A([1, 3], [0, -1, 2**40, 2**62, *INTS])})
+    ),
+    "data_loading.VariableLengths.__getitem__": Entry(
+        calls([SELF("variable_lengths"), INDEX]), allowed=("builtins.IndexError",)
+    ),
+    "data_loading.PaddedBatch": RESULT,
+    "data_loading.pad_collate": Entry(
+        calls(
+            [A(PAIRS_VALID, PAIRS_HOSTILE)],
+            {"padding_value": A([0.0, -1.0, 0, 2], [NAN, INF, 1e308, 10**400, "x", True, VECTOR])},
+        )
+    ),
+    "data_loading.distributed_split": Entry(
+        calls(
+            [A([1, 5, 12], [0, -1, 2**40, *INTS])],
+            {
+                "num_replicas": A([1, 3], [0, 2**40, *INTS]),
+                "epochs": A([1, 2], [0, 2**40, *INTS]),
+                "shuffle": BOOL,
+                "seed": A([0, 7, 2**63], [-1, 2**64 - 1, 2**64, *INTS]),
+                "drop_last": BOOL,
+                "set_epoch": BOOL,
+            },
+        )
+    ),
+    "data_loading.plot_distributed_split": Entry(
+        calls(
+            [A([*O("split"), [[[0, 1], [2]]], [[[]]]], SPLIT_HOSTILE)],
+            {"ax": AX, "title": A(["", "title"], [None, 3, ["t"]])},
+        )
+    ),
+    # layout (a later helper)
+    "layout.plot_values": Entry(
+        calls(
+            [A([{"a": VECTOR}, {"a": [1.0, 2.0, 3.0], "b": VECTOR}], ROWS_HOSTILE)],
+            {
+                "marked": A([None, {"a": [True, False, True]}, {}], MARKS_HOSTILE),
+                "ax": AX,
+                "title": TITLE,
+            },
+        )
+    ),
+    # losses (later helpers)
+    "losses.keep_top_k": Entry(calls([LOGITS, A([1, 2, 3], [0, 5, -1, *INTS])])),
+    "losses.keep_top_p": Entry(
+        calls([LOGITS, A([0.5, 0.9, 1, 1.0], [0, -0.1, 1.5, "0.5", 10**400, *NUMBERS])])
+    ),
+    # parallel: workers for run_workers; outside a process group they must say so
+    "parallel.ddp_broadcast": Entry(calls()),
+    "parallel.save_on_rank0": Entry(calls([FOLDER], {"map_location": DEVICE})),
+    "parallel.accumulate_no_sync": Entry(
+        calls([SEED, BATCH], {"micro_batches": A([2, 4], [1, 0, *INTS])})
+    ),
+    "parallel.unused_parameter": Entry(calls()),
+    "parallel.sync_batchnorm_on_cpu": Entry(calls()),
+    "parallel.fsdp2_step": Entry(calls([SEED, BATCH], {"lr": A([0.1, 0], NUMBERS)})),
+    "parallel.practice": Entry(calls([FOLDER], {"seed": SEED, "batch_size": BATCH})),
+    "parallel.TwoHeads": Entry(calls()),
+    "parallel.TwoHeads.forward": Entry(
+        calls(
+            [
+                SELF("two_heads"),
+                A(T("pairs2"), [*T("floats", "ints", "scalar", "complex"), *BAD_TENSORS, *GARBAGE]),
+            ]
+        )
+    ),
+    # randomness
+    "randomness.NoisyRange": Entry(calls([LENGTH], {"seed": A([0, 7, 2**64], [-1, *INTS])})),
+    "randomness.NoisyRange.__getitem__": Entry(
+        calls([SELF("noisy_range"), INDEX]), allowed=("builtins.IndexError",)
+    ),
+    "randomness.NoisyRange.reseed": Entry(
+        calls([SELF("noisy_range"), A([0, 5, 2**64], [-1, *INTS])])
+    ),
+    "randomness.Draw": RESULT,
+    "randomness.deterministic_algorithms": Entry(
+        calls([BOOL], {"warn_only": BOOL}, body=["nothing", "autograd", "caller_error"]),
+        passes_through=(CALLER_ERROR,),
+    ),
+    "randomness.plot_draws": Entry(
+        calls(
+            [A(O("draws"), [[], [1], *O("endless_draws", "generator"), *GARBAGE])],
+            {
+                "value": A(["own_value", "torch_value"], ["index", "x", 3, None, ["own_value"]]),
+                "ax": AX,
+                "title": TITLE,
+            },
+        )
+    ),
+    "randomness.reseed_worker": Entry(calls([A([0, 1], [-1, *INTS])])),
+    "randomness.seed_everything": Entry(calls([A([0, 3, 2**32 - 1], [-1, 2**32, *INTS])])),
 }
 
 
+def _is_result_type(value: Any) -> bool:
+    """A dataclass or a NamedTuple: what a helper returns."""
+    namedtuple = isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
+    return is_dataclass(value) or namedtuple
+
+
+def _methods(cls: type) -> dict[str, Any]:
+    """The methods a class defines that a caller calls with arguments: its public ones
+    and ``__getitem__`` (results and exceptions have none to fuzz)."""
+    if _is_result_type(cls) or issubclass(cls, BaseException):
+        return {}
+    return {
+        name: member
+        for name, member in vars(cls).items()
+        if inspect.isfunction(member) and (not name.startswith("_") or name == "__getitem__")
+    }
+
+
 def public_callables() -> dict[str, Any]:
-    """Every callable in a public module's ``__all__``, as ``module.name``."""
+    """Every callable in a public module's ``__all__``, as ``module.name``, and the
+    methods of its classes (:func:`_methods`) as ``module.Class.method``."""
     found = {}
     for info in pkgutil.iter_modules(pytorch_memo.__path__):
         if info.name.startswith("_"):
@@ -560,7 +776,18 @@ def public_callables() -> dict[str, Any]:
             value = getattr(module, name)
             if callable(value):
                 found[f"{info.name}.{name}"] = value
+            if isinstance(value, type):
+                for method, member in _methods(value).items():
+                    found[f"{info.name}.{name}.{method}"] = member
     return found
+
+
+def required_keywords(helper: str) -> frozenset[str]:
+    """The keyword-only parameters of ``helper`` without a default: never left out."""
+    parameters = inspect.signature(public_callables()[helper]).parameters.values()
+    return frozenset(
+        p.name for p in parameters if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+    )
 
 
 HELPERS = sorted(k for k, v in REGISTRY.items() if isinstance(v, Entry))
@@ -575,12 +802,14 @@ def test_every_public_callable_is_registered() -> None:
     for name, entry in REGISTRY.items():
         value = found[name]
         if entry == RESULT:
-            assert is_dataclass(value), f"{name} is registered as a result type"
+            assert _is_result_type(value), f"{name} is registered as a result type"
         elif entry == ERROR:
             assert isinstance(value, type), name
             assert issubclass(value, Exception), name
         else:
-            assert inspect.isfunction(value), f"{name} is registered as a helper"
+            assert inspect.isfunction(value) or (
+                inspect.isclass(value) and not _is_result_type(value)
+            ), f"{name} is registered as a helper (a function, or a class to construct)"
 
 
 # -- the worker ---------------------------------------------------------------------------
@@ -707,6 +936,7 @@ def check(helper: str, entry: Entry, call: Call, reply: dict[str, Any]) -> None:
     outcome = reply["outcome"]
     assert outcome != "hang", f"{shown} did not answer within {CALL_SECONDS} s\n{reply['log']}"
     assert outcome != "crash", f"{shown} crashed the worker ({reply['returncode']})\n{reply['log']}"
+    assert not reply["leaked"], f"{shown} left torch's global state changed: {reply['leaked']}"
     if outcome == "result":
         return
     kind, message = reply["type"], reply["message"]
@@ -715,7 +945,8 @@ def check(helper: str, entry: Entry, call: Call, reply: dict[str, Any]) -> None:
     assert "Internal error" not in message, f"torch's internal error leaked: {detail}"
     if kind in entry.passes_through:
         return
-    assert any(allowed in reply["mro"] for allowed in ALLOWED), f"unexpected error type: {detail}"
+    allowed = (*ALLOWED, *entry.allowed)
+    assert any(a in reply["mro"] for a in allowed), f"unexpected error type: {detail}"
     function = public_callables()[helper]
     names = set(inspect.signature(function).parameters) | set(call.kwargs) | set(entry.names)
     names |= {helper.rsplit(".", 1)[1]}
@@ -730,7 +961,7 @@ def test_each_value_alone(helper: str, worker: Worker) -> None:
     entry = REGISTRY[helper]
     assert isinstance(entry, Entry)
     failures = []
-    for call in entry.arguments.sweep():
+    for call in entry.arguments.sweep(required_keywords(helper)):
         try:
             check(helper, entry, call, worker.call(helper, call))
         except AssertionError as failure:
@@ -750,7 +981,7 @@ def test_hostile_calls(helper: str, worker: Worker) -> None:
         report_multiple_bugs=False,
         database=None,
     )
-    @given(call=drawn(entry.arguments))
+    @given(call=drawn(entry.arguments, required_keywords(helper)))
     def run(call: Call) -> None:
         reply = worker.call(helper, call)
         if os.environ.get("MEMO_FUZZ_TIMES"):

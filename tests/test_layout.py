@@ -371,6 +371,42 @@ def test_plot_values_rejects_bad_input(kwargs: dict[str, object], error: type, m
         plot_values(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.usefixtures("close_figures")
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        # before: torch's "new(): invalid data type 'str'", naming no row
+        ({"rows": {"a": "abc"}}, TypeError, r"rows\['a'\] must be a tensor or a sequence of numbers, got str: 'abc'"),
+        ({"rows": {"a": [2**70]}}, TypeError, r"rows\['a'\] must be a tensor or a sequence of numbers, got list"),
+        ({"rows": {"a": object()}}, TypeError, r"rows\['a'\] must be a tensor or a sequence of numbers, got object"),
+        ({"rows": {"a": torch.zeros(2, device="meta")}}, ValueError, r"rows\['a'\] must hold values"),
+        ({"rows": {"a": [1.0]}, "marked": {"a": "yes"}}, TypeError, r"marked\['a'\] must be a tensor or a sequence of bools, got str"),
+        # before: any non-zero number marked its cell
+        ({"rows": {"a": [1.0, 2.0]}, "marked": {"a": [2.5, 0.0]}}, TypeError, r"marked\['a'\] must be a boolean mask, got torch.float32"),
+        ({"rows": {"a": [1.0]}, "marked": {"a": [1]}}, TypeError, r"marked\['a'\] must be a boolean mask, got torch.int64"),
+        # before: AttributeError: 'str' object has no attribute 'add_patch'
+        ({"rows": {"a": [1.0]}, "ax": "ax"}, TypeError, "ax must be a matplotlib Axes"),
+        ({"rows": {"a": [1.0]}, "title": 3}, TypeError, "title must be a str or None, got int: 3"),
+    ],
+)  # fmt: skip
+def test_plot_values_names_the_row_it_cannot_draw(
+    kwargs: dict[str, object], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        plot_values(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("close_figures")
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_plot_values_names_a_nested_row() -> None:
+    # made in the test, not at collection: torch warns once per process about nested
+    # tensors, and test_broadcasting checks that warning
+    nested = torch.nested.nested_tensor([torch.ones(1), torch.ones(2)])
+    # before: torch's "Internal error: NestedTensorImpl doesn't support sizes"
+    with pytest.raises(ValueError, match=r"rows\['a'\] must be a strided \(dense\)"):
+        plot_values({"a": nested})
+
+
 # -- issue 16: wrap-around, unbounded work, unclear errors --------------------------------
 
 HUGE = 2**40  # elements: 8 TiB of int64 offsets

@@ -12,7 +12,16 @@ from torch import nn
 from torch.distributed.tensor import Shard
 
 from pytorch_memo.distributed import make_batch, make_model, reference_step, run_workers
-from pytorch_memo.parallel import TwoHeads, accumulate_no_sync, fsdp2_step, practice
+from pytorch_memo.parallel import (
+    TwoHeads,
+    accumulate_no_sync,
+    ddp_broadcast,
+    fsdp2_step,
+    practice,
+    save_on_rank0,
+    sync_batchnorm_on_cpu,
+    unused_parameter,
+)
 
 SEED, BATCH = 3, 8
 
@@ -129,3 +138,67 @@ def test_micro_batches_must_be_at_least_two() -> None:
 def test_a_batch_that_does_not_split_is_refused_on_every_rank() -> None:
     with pytest.raises(RuntimeError, match=r"rank 1 of 2: failed:(.|\n)*batch_size must be"):
         run_workers(fsdp2_step, 0, 3, world_size=2)
+
+
+WORKERS_OUTSIDE_A_GROUP: list[tuple[str, Any]] = [
+    ("ddp_broadcast", lambda folder: ddp_broadcast()),
+    ("save_on_rank0", lambda folder: save_on_rank0(folder)),
+    ("accumulate_no_sync", lambda folder: accumulate_no_sync(0, 8)),
+    ("unused_parameter", lambda folder: unused_parameter()),
+    ("sync_batchnorm_on_cpu", lambda folder: sync_batchnorm_on_cpu()),
+    ("fsdp2_step", lambda folder: fsdp2_step(0, 8)),
+    ("practice", lambda folder: practice(folder)),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), WORKERS_OUTSIDE_A_GROUP)
+def test_workers_called_outside_a_process_group_say_so(
+    name: str, call: Any, tmp_path: Path
+) -> None:
+    # before: torch's "Default process group has not been initialized" (naming no call),
+    # and sync_batchnorm_on_cpu returned a result that meant nothing
+    with pytest.raises(
+        RuntimeError, match=f"{name} is a worker for run_workers: it needs a joined"
+    ):
+        call(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda d: save_on_rank0(3), TypeError, "folder must be a str or os.PathLike, got int"),  # type: ignore[arg-type]
+        (lambda d: save_on_rank0(f"{d}/missing"), ValueError, "folder must be an existing directory"),
+        (lambda d: save_on_rank0(d, map_location="gpu"), ValueError, "map_location='gpu' is not a device"),
+        (lambda d: save_on_rank0(d, map_location=3), TypeError, "map_location must be a str or a torch.device"),  # type: ignore[arg-type]
+        (lambda d: accumulate_no_sync("3", 8), TypeError, "seed must be an int, got str"),  # type: ignore[arg-type]
+        (lambda d: accumulate_no_sync(0, 0), ValueError, "batch_size must be >= 1, got 0"),
+        (lambda d: fsdp2_step(0, 8, lr=float("nan")), ValueError, "lr must be a finite number"),
+        (lambda d: fsdp2_step(0, 2**40), ValueError, "batch_size must be <= 1048576"),
+        (lambda d: practice(d, seed=None), TypeError, "seed must be an int, got NoneType"),  # type: ignore[arg-type]
+        (lambda d: practice(d, batch_size=True), TypeError, "batch_size must be an int, got bool"),
+        (lambda d: practice(f"{d}/missing"), ValueError, "folder must be an existing directory"),
+    ],
+)  # fmt: skip
+def test_worker_arguments_are_checked_before_the_process_group(
+    call: Any, error: type[Exception], match: str, tmp_path: Path
+) -> None:
+    with pytest.raises(error, match=match):
+        call(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("x", "error", "match"),
+    [
+        (3, TypeError, "x must be a torch.Tensor, got int"),
+        (torch.ones(3, 3), ValueError, r"x must be a torch.float32 tensor on cpu of shape \(\.\.\., 2\), got torch.float32 on cpu of shape \(3, 3\)"),
+        (torch.tensor(1.0), ValueError, r"x must be .* got torch.float32 on cpu of shape \(\)"),
+        (torch.ones(3, 2, dtype=torch.float64), ValueError, r"x must be a torch.float32 tensor .* got torch.float64"),
+        (torch.ones(3, 2, device="meta"), ValueError, r"x must be .* got torch.float32 on meta"),
+        (torch.eye(2).to_sparse(), ValueError, "x must be a strided"),
+    ],
+)  # fmt: skip
+def test_two_heads_names_a_wrong_input(x: object, error: type[Exception], match: str) -> None:
+    # before: torch's "mat1 and mat2 shapes cannot be multiplied (3x3 and 2x1)"
+    with pytest.raises(error, match=match):
+        TwoHeads()(x)

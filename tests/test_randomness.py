@@ -6,6 +6,7 @@ import matplotlib as mpl
 
 mpl.use("Agg")
 
+import itertools
 import pickle
 import random
 from collections.abc import Callable, Iterator
@@ -102,8 +103,10 @@ def test_numpy_integers_are_indices() -> None:
         (lambda: NoisyRange(3, seed=0)[-1], IndexError, r"index must be in \[0, 3\), got -1"),
         (lambda: NoisyRange(3, seed=0)["a"], TypeError, "index must be an int, got str"),  # type: ignore[index]
         (lambda: NoisyRange(3, seed=0).reseed(-1), ValueError, "seed must be >= 0, got -1"),
+        # before: accepted, then len() raised "cannot fit 'int' into an index-sized integer"
+        (lambda: NoisyRange(2**63, seed=0), ValueError, f"length must be <= {2**63 - 1}, got {2**63}"),
     ],
-)
+)  # fmt: skip
 def test_bad_arguments_are_named(call: object, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         call()  # type: ignore[operator]
@@ -352,4 +355,36 @@ def test_plot_draws_names_bad_input(
     records = [NoisyRange(1, seed=0)[0]] if draws is None else draws
     with pytest.raises(error, match=message):
         plot_draws(records, value=value)  # type: ignore[arg-type]
+    plt.close("all")
+
+
+def _draw() -> Draw:
+    return NoisyRange(1, seed=0)[0]
+
+
+@pytest.mark.parametrize(
+    ("draws", "kwargs", "error", "message"),
+    [
+        # before: "'int' object is not iterable", naming no argument
+        (3, {}, TypeError, "draws must be an iterable of Draws, got int: 3"),
+        # before: torch's "Internal error: NestedTensorImpl doesn't support sizes"
+        (torch.ones(2), {}, TypeError, "draws must be an iterable of Draws, got Tensor"),
+        # before: a MemoryError after filling the memory
+        (itertools.repeat(_draw()), {}, ValueError, "draws must hold at most 256 items"),
+        # before: AttributeError: 'str' object has no attribute 'bar'
+        ([_draw()], {"ax": "ax"}, TypeError, "ax must be a matplotlib Axes"),
+        ([_draw()], {"title": 3}, TypeError, "title must be a str or None, got int: 3"),
+    ],
+)  # fmt: skip
+def test_plot_draws_names_a_bad_argument(
+    draws: object, kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        plot_draws(draws, **kwargs)  # type: ignore[arg-type]
+    plt.close("all")
+
+
+def test_plot_draws_takes_the_most_it_allows() -> None:
+    ax = plot_draws(itertools.repeat(_draw(), 256))
+    assert len(ax.patches) == 256
     plt.close("all")
