@@ -208,14 +208,18 @@ def check_path(name: str, value: Any) -> Path:
         >>> check_path("path", "a\\0b")
         Traceback (most recent call last):
         ...
-        ValueError: path must not contain a NUL character, got 'a\\x00b'
+        ValueError: path must not contain a NUL byte (at index 1), got 'a\\x00b'
     """
     if not isinstance(value, str | os.PathLike):
         msg = f"{name} must be a str or os.PathLike, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
     path = Path(value)
-    if "\0" in str(path):
-        msg = f"{name} must not contain a NUL character, got {_shown(os.fspath(value))}"
+    text = str(path)
+    if "\0" in text:
+        at = text.index("\0")  # shown around the first NUL, which a long path's start hides
+        near = ("..." if at > 40 else "") + text[max(0, at - 40) : at + 20]
+        near += "..." if at + 20 < len(text) else ""
+        msg = f"{name} must not contain a NUL byte (at index {at}), got {near!r}"
         raise ValueError(msg)
     return path
 

@@ -54,9 +54,6 @@ def check_file_path(name: str, value: Any) -> Path:
     if os.fspath(value) == "":
         msg = f"{name} must name a file, got an empty path"
         raise ValueError(msg)
-    if "\x00" in os.fspath(path):
-        msg = f"{name} must not contain a NUL byte, got {os.fspath(path)!r}"
-        raise ValueError(msg)
     return path
 
 

@@ -591,7 +591,9 @@ def test_long_names_and_nul_bytes(tmp_path: Path) -> None:
     assert load_checkpoint(path, model=nn.Linear(2, 2)) == {}
     assert sorted(p.name for p in tmp_path.iterdir()) == [long_name]
     for call in (save_checkpoint, load_checkpoint):
-        with pytest.raises(ValueError, match=r"path must not contain a NUL byte, got '.*c\\x00'"):
+        with pytest.raises(
+            ValueError, match=r"path must not contain a NUL byte \(at index \d+\), got '.*c\\x00'"
+        ):
             call(f"{tmp_path}/c\x00", model=nn.Linear(2, 2))
 
 

@@ -153,7 +153,9 @@ def test_a_name_too_long_for_its_temporary_still_works(tmp_path: Path) -> None:
 def test_a_nul_byte_in_a_path_is_an_error_naming_it(tmp_path: Path) -> None:
     from pytorch_memo._files import check_file_path
 
-    with pytest.raises(ValueError, match=r"path must not contain a NUL byte, got '.*a\\x00b'"):
+    with pytest.raises(
+        ValueError, match=r"path must not contain a NUL byte \(at index \d+\), got '.*a\\x00b'"
+    ):
         check_file_path("path", f"{tmp_path}/a\x00b")
 
 
