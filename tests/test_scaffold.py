@@ -66,12 +66,26 @@ def test_the_new_files_pass_lint(copy: Path) -> None:
     _run(copy, str(BIN / "mypy"), f"pytorch_memo/{TOPIC}.py", f"tests/test_{TOPIC}.py")
 
 
+FLOOR = "tests/test_claims.py::test_the_book_makes_at_least_300_claims"
+
+
 def test_the_new_tests_and_the_chapter_checks_pass(copy: Path) -> None:
     _run(
         copy, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--doctest-modules",
         f"pytorch_memo/{TOPIC}.py", f"tests/test_{TOPIC}.py", "tests/test_notebooks.py",
-        "tests/test_claims.py", "tests/test_record.py",
+        "tests/test_claims.py", "tests/test_record.py", "--deselect", FLOOR,
     )  # fmt: skip
+
+
+def test_a_new_chapter_is_unfinished_until_it_makes_20_claims(copy: Path) -> None:
+    """The book's floor of claims per chapter names the scaffold's chapter, with its one."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", FLOOR],
+        cwd=copy, env={**os.environ, "PYTHONPATH": str(copy)},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert f"fewer than 20 claims (a chapter is not finished): {{'{TOPIC}': 1}}" in done.stdout
 
 
 def test_the_new_chapter_passes_strict_nbval(copy: Path) -> None:
