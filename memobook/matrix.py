@@ -117,10 +117,32 @@ def build(release: Release, *, log: bool = True) -> Path:
         run(sys.executable, "-m", "venv", str(env))
     run(str(python), "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1")
     run(str(python), "-m", "pip", "install", "-q", *wanted)
-    run(str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", ".")
     run(str(python), "-m", "pip", "install", "-q", "--group=test")
     stamp.write_text(digest)
     return python
+
+
+def install_package(python: Path, *, log: bool = True) -> None:
+    """Install the checkout's package into ``python``'s environment, as a reader installs
+    it (not editable): on every run, so the chapters never meet an older copy. It is built
+    from a copy of its sources, so the build leaves nothing (``build/``) in the checkout."""
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "source"
+        shutil.copytree(
+            memobook.ROOT / "pytorch_memo",
+            source / "pytorch_memo",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (memobook.ROOT / name).exists():
+                shutil.copyfile(memobook.ROOT / name, source / name)
+        command = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
+                   str(source)]  # fmt: skip
+        if log:
+            print("+", " ".join(command), flush=True)
+        env = {**os.environ}
+        env.pop("PYTHONPATH", None)
+        subprocess.run(command, check=True, env=env, cwd=folder)
 
 
 def _versions(python: Path) -> tuple[str, str, str]:
@@ -171,6 +193,7 @@ def _outside_the_checkout(folder: Path, paths: list[str]) -> Path:
 def check(release: Release) -> MatrixRun:
     """Build the environment of ``release`` and run the unit tests and lax nbval there."""
     python = build(release)
+    install_package(python)
     torch, vision, py = _versions(python)
     print(f"== torch {torch}, torchvision {vision}, Python {py}", flush=True)
     paths = memobook.chapter_paths()

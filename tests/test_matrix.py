@@ -14,6 +14,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 import memobook
+from memobook import matrix
 from memobook.matrix import Release, _outcome, _requirements, releases
 
 
@@ -80,3 +81,26 @@ def test_outcomes_are_recorded_by_node_id(tmp_path: Path) -> None:
     assert (outcome.passed, outcome.failed, outcome.skipped, outcome.errors) == (1, 1, 1, 1)
     assert outcome.failures == ("test_sample.py::test_bad", "test_sample.py::test_error")
     assert not outcome.ok
+
+
+def test_the_package_is_installed_from_the_checkout_leaving_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    """The matrix installs the current package on every run (never an older copy), as a
+    reader installs it, and the build leaves no ``build/`` or egg-info in the checkout."""
+    before = sorted(p.name for p in memobook.ROOT.iterdir())
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "env")], check=True)
+    python = tmp_path / "env" / "bin" / "python"
+    matrix.install_package(python, log=False)
+    shown = subprocess.run(
+        [str(python), "-m", "pip", "show", "-f", "pytorch-memo"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "Editable project location" not in shown
+    installed = next(
+        Path(line.split(":", 1)[1].strip()) for line in shown.splitlines()
+        if line.startswith("Location:")
+    )  # fmt: skip
+    copied = (installed / "pytorch_memo" / "_checks.py").read_text()
+    assert copied == (memobook.ROOT / "pytorch_memo" / "_checks.py").read_text()
+    assert sorted(p.name for p in memobook.ROOT.iterdir()) == before
