@@ -47,10 +47,15 @@ def _env(session: nox.Session) -> None:
                 if not (bindir / "python").exists():
                     session.run(sys.executable, "-m", "venv", str(ENV))
                 py = str(bindir / "python")
-                session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1")
-                groups = [f"--group={g}" for g in memobook.ENV_GROUPS]
+                # pins.txt is also the constraints file: it replaces any machine-wide pip
+                # constraints (which may cap torch below the pin) for this environment.
                 pins = str(memobook.PINS)
-                session.run(py, "-m", "pip", "install", "-q", "-r", pins, "-e", ".", *groups)
+                env = {"PIP_CONSTRAINT": pins}
+                session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1", env=env)
+                groups = [f"--group={g}" for g in memobook.ENV_GROUPS]
+                session.run(
+                    py, "-m", "pip", "install", "-q", "-r", pins, "-e", ".", *groups, env=env
+                )
                 stamp.write_text(want)
     # nox looks programs up on this process's PATH when a session has no virtualenv.
     os.environ["PATH"] = os.pathsep.join([str(bindir), os.environ.get("PATH", "")])
@@ -162,7 +167,8 @@ def chapter(session: nox.Session) -> None:
 def _lab(session: nox.Session) -> None:
     _env(session)
     if shutil.which("jupyter-lab", path=session.env["PATH"]) is None:
-        session.run("python", "-m", "pip", "install", "-q", "--group=lab")
+        env = {"PIP_CONSTRAINT": str(memobook.PINS)}
+        session.run("python", "-m", "pip", "install", "-q", "--group=lab", env=env)
 
 
 @nox.session

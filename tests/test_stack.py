@@ -14,10 +14,22 @@ import memobook
 ROOT = memobook.ROOT
 
 
-def test_pins_hold_the_card_versions() -> None:
+def test_the_pin_is_the_newest_release_the_matrix_checks() -> None:
+    """pins.txt follows the newest torch release of versions.toml (and its torchvision)."""
+    from packaging.version import Version
+
+    from memobook.matrix import releases
+
+    newest = max(releases(), key=lambda r: Version(r.torch or "0"))
     pins = memobook.pins()
-    assert pins["torch"] == "2.14.1"
-    assert pins["torchvision"] == "0.29.1"
+    assert pins["torch"] == newest.torch
+    assert pins["torchvision"] == newest.torchvision
+
+
+def test_the_intro_names_the_pinned_stack() -> None:
+    intro = (memobook.BOOK / "intro.md").read_text()
+    pins = memobook.pins()
+    assert f"torch {pins['torch']}, torchvision {pins['torchvision']}" in intro
 
 
 def test_environment_installs_the_pins_cpu_build_and_package() -> None:
