@@ -70,7 +70,8 @@ class CorruptCheckpointError(CheckpointError):
 
 
 class UnsafeCheckpointError(CheckpointError):
-    """The file names Python objects that ``weights_only=True`` refuses to load."""
+    """The file names Python objects that ``weights_only=True`` refuses to load, or (from
+    :func:`save_checkpoint`) would hold an object that pickle cannot save."""
 
 
 class CheckpointMismatchError(CheckpointError):
