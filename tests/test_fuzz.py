@@ -824,9 +824,10 @@ REGISTRY: dict[str, Entry | str] = {
         )
     ),
     "compiling.best_times": Entry(
-        calls(
+        calls(  # a first function always given, so that each repeats is tried with one
+            [A(FUNCTIONS, CALLABLES_BAD)],
+            {"repeats": A([1, 3, 20, 100_000], [0, -1, 100_001, *INTS])},
             varargs=A(FUNCTIONS, CALLABLES_BAD),
-            keywords={"repeats": A([1, 3, 20, 100_000], [0, -1, 100_001, *INTS])},
         ),
         passes_through=(CALLER_ERROR,),
     ),
