@@ -752,46 +752,100 @@ REGISTRY: dict[str, Entry | str] = {
             [
                 A(
                     [FLOAT_DTYPES, [HALF], (torch.float64, torch.bfloat16)],
-                    [[], HALF, "float16", ["float16"], [torch.int8], [HALF, HALF],
-                     [torch.float8_e5m2], [HALF] * 10**5, [None], *O("generator"), *GARBAGE],
+                    [
+                        [],
+                        HALF,
+                        "float16",
+                        ["float16"],
+                        [torch.int8],
+                        [HALF, HALF],
+                        [torch.float8_e5m2],
+                        [HALF] * 10**5,
+                        [None],
+                        *O("generator"),
+                        *GARBAGE,
+                    ],
                 )
             ]
         )
-    ),  # fmt: skip
+    ),
     "mixed_precision.plot_dtype_ranges": Entry(
         calls(
             [A([None, *O("dtype_ranges")], [*O("dtype_ranges_empty"), [HALF], *GARBAGE])],
             {
                 "marks": A(
                     [None, {}, {"1e-8": 1e-8}, {"max": 1e308, "one": 1, "huge int": 2**1000}],
-                    [{"zero": 0.0}, {"nan": NAN}, {"inf": INF}, {"negative": -1.0},
-                     {"int": 10**400}, {"long": 10**5000}, {"s": "1e-8"}, {"b": True},
-                     {"t": VECTOR}, {1: 1.0}, [("a", 1.0)], [1], "ab",
-                     {str(i): 1.0 for i in range(10**4)}, *O("generator"), *GARBAGE],
+                    [
+                        {"zero": 0.0},
+                        {"nan": NAN},
+                        {"inf": INF},
+                        {"negative": -1.0},
+                        {"int": 10**400},
+                        {"long": 10**5000},
+                        {"s": "1e-8"},
+                        {"b": True},
+                        {"t": VECTOR},
+                        {1: 1.0},
+                        [("a", 1.0)],
+                        [1],
+                        "ab",
+                        {str(i): 1.0 for i in range(10**4)},
+                        *O("generator"),
+                        *GARBAGE,
+                    ],
                 ),
                 "ax": AX,
             },
         )
-    ),  # fmt: skip
+    ),
     "mixed_precision.autocast_dtypes": Entry(
         calls(
             [
                 A(
-                    [{"sum": torch.sum}, {"mm": O("op_mm")[0], "exp": torch.exp},
-                     {"identity": O("fn_args")[0]}],
-                    [{}, [torch.sum], {1: torch.sum}, {"a": 3}, {"a": O("fn_none")[0]},
-                     {"a": O("op_tuple")[0]}, {"a": O("op_float")[0]}, {"a": O("op_raises")[0]},
-                     "sum", *GARBAGE],
+                    [
+                        {"sum": torch.sum},
+                        {"mm": O("op_mm")[0], "exp": torch.exp},
+                        {"identity": O("fn_args")[0]},
+                    ],
+                    [
+                        {},
+                        [torch.sum],
+                        {1: torch.sum},
+                        {"a": 3},
+                        {"a": O("fn_none")[0]},
+                        {"a": O("op_tuple")[0]},
+                        {"a": O("op_float")[0]},
+                        {"a": O("op_raises")[0]},
+                        "sum",
+                        *GARBAGE,
+                    ],
                 ),
                 A(
-                    T("floats", "vector", "half", "transposed", "grad_leaf", "scalar", "empty",
-                      "strided", "overlapping", "big_storage"),
-                    [*T("ints", "bool", "complex", "meta_small", "expanded_huge", "wide_overlap"),
-                     *BAD_TENSORS, *GARBAGE],
+                    T(
+                        "floats",
+                        "vector",
+                        "half",
+                        "transposed",
+                        "grad_leaf",
+                        "scalar",
+                        "empty",
+                        "strided",
+                        "overlapping",
+                        "big_storage",
+                    ),
+                    [
+                        *T(
+                            "ints", "bool", "complex", "meta_small", "expanded_huge", "wide_overlap"
+                        ),
+                        *BAD_TENSORS,
+                        *GARBAGE,
+                    ],
                 ),
             ],
             {
-                "device_type": A(["cpu"], ["mps", "", "CPU", "cpu:0", *O("device_cpu"), 3, None]),
+                "device_type": A(
+                    ["cpu"], ["cuda", "mps", "", "CPU", "cpu:0", *O("device_cpu"), 3, None]
+                ),
                 "dtype": A(
                     [torch.bfloat16, torch.float16],
                     [torch.float32, torch.float64, torch.int8, "bfloat16", None, 3],
@@ -799,7 +853,7 @@ REGISTRY: dict[str, Entry | str] = {
             },
         ),
         passes_through=(CALLER_ERROR,),
-    ),  # fmt: skip
+    ),
     "mixed_precision.AutocastRow": RESULT,
     "mixed_precision.AutocastTable": RESULT,
     "mixed_precision.DtypeRange": RESULT,
