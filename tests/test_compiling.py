@@ -263,8 +263,10 @@ def test_best_times_is_the_minimum_of_perf_counter_differences(
             (print, lambda x: x),
             3,
             TypeError,
-            r"fns\[1\] must be callable without arguments \(wrap them in a lambda\), "
-            r"got a callable with signature \(x\)",
+            (
+                r"fns\[1\] must be callable without arguments \(wrap them in a lambda\), "
+                r"got a callable with signature \(x\)"
+            ),
         ),
         # found by the fuzz: repeats=2**63 ran for ever (a hang), unbounded
         ((print,), 2**63, ValueError, "repeats must be <= 100000, got 9223372036854775808"),
