@@ -224,8 +224,14 @@ def check_path(name: str, value: Any) -> Path:
     return path
 
 
-def check_callable(name: str, value: Any, *, no_arguments: bool = False) -> Callable[..., Any]:
-    """Return ``value`` if it is callable (``no_arguments``: without any); else TypeError.
+def check_callable(
+    name: str, value: Any, *, no_arguments: bool = False, arguments: int | None = None
+) -> Callable[..., Any]:
+    """Return ``value`` if it is callable; else TypeError.
+
+    ``no_arguments``: it must be callable without arguments; ``arguments``: with that
+    many positional ones. A callable without a signature (some builtins) is accepted:
+    calling it will tell.
 
     Example:
         >>> check_callable("fn", 3)
@@ -236,22 +242,29 @@ def check_callable(name: str, value: Any, *, no_arguments: bool = False) -> Call
         Traceback (most recent call last):
         ...
         TypeError: fn must be callable without arguments (wrap them in a lambda), got a callable with signature (x)
+        >>> check_callable("op", lambda: 0, arguments=1)
+        Traceback (most recent call last):
+        ...
+        TypeError: op must be callable with 1 positional argument, got a callable with signature ()
     """
     if not callable(value):
         msg = f"{name} must be callable, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
-    if no_arguments:
+    count = 0 if no_arguments else arguments
+    if count is not None:
         try:
             signature = inspect.signature(value)
         except (TypeError, ValueError):  # some builtins have none: call them and see
             return value  # type: ignore[no-any-return]
         try:
-            signature.bind()
+            signature.bind(*range(count))
         except TypeError:
-            msg = (
-                f"{name} must be callable without arguments (wrap them in a lambda), got "
-                f"a callable with signature {signature}"
+            wanted = (
+                "without arguments (wrap them in a lambda)"
+                if count == 0
+                else f"with {count} positional argument{'' if count == 1 else 's'}"
             )
+            msg = f"{name} must be callable {wanted}, got a callable with signature {signature}"
             raise TypeError(msg) from None
     return value  # type: ignore[no-any-return]
 

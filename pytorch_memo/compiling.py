@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch import fx
 
-from pytorch_memo._checks import _shown, check_int, check_seconds, check_type
+from pytorch_memo._checks import check_callable, check_int, check_seconds, check_type
+from pytorch_memo.profiling import MAX_CALLS
 
 __all__ = [
     "GraphRecorder",
@@ -259,12 +260,6 @@ def break_even_calls(
     return cost / saving if saving > 0 else math.inf
 
 
-def _check_callable(name: str, value: object) -> None:
-    if not callable(value):
-        msg = f"{name} must be callable, got {type(value).__name__}: {_shown(value)}"
-        raise TypeError(msg)
-
-
 def best_times(*fns: Callable[[], object], repeats: int = 20) -> tuple[float, ...]:
     """The best wall-clock time of each function's call, the functions taking turns.
 
@@ -278,14 +273,16 @@ def best_times(*fns: Callable[[], object], repeats: int = 20) -> tuple[float, ..
 
     Args:
         *fns: callables taking no arguments, at least one.
-        repeats: rounds, at least 1.
+        repeats: rounds, at least 1 and at most :data:`~pytorch_memo.profiling.MAX_CALLS`
+            (as many as ``time_call`` makes).
 
     Returns:
         The best time of each function, in seconds, in the order given.
 
     Raises:
-        TypeError: a function is not callable, or ``repeats`` is not an int.
-        ValueError: no function, or ``repeats < 1``.
+        TypeError: a function is not callable without arguments, or ``repeats`` is
+            not an int.
+        ValueError: no function, or ``repeats`` is out of range.
 
     Example:
         >>> import torch
@@ -298,8 +295,8 @@ def best_times(*fns: Callable[[], object], repeats: int = 20) -> tuple[float, ..
         msg = "fns must hold at least one callable, got none"
         raise ValueError(msg)
     for index, fn in enumerate(fns):
-        _check_callable(f"fns[{index}]", fn)
-    check_int("repeats", repeats, minimum=1)
+        check_callable(f"fns[{index}]", fn, no_arguments=True)
+    check_int("repeats", repeats, minimum=1, maximum=MAX_CALLS)
     best = [math.inf] * len(fns)
     for _ in range(repeats):
         for index, fn in enumerate(fns):

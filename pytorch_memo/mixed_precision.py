@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from pytorch_memo._checks import _shown, check_tensor, check_type
+from pytorch_memo._checks import (
+    _shown,
+    check_callable,
+    check_count,
+    check_mapping,
+    check_number,
+    check_tensor,
+    check_type,
+)
 from pytorch_memo._table import NamedRows, html_table, text_table
 
 if TYPE_CHECKING:
@@ -26,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FLOAT_DTYPES",
+    "MAX_EXAMPLE_ELEMENTS",
+    "MAX_MARKS",
     "AutocastRow",
     "AutocastTable",
     "DtypeRange",
@@ -45,6 +55,11 @@ FLOAT_DTYPES: tuple[torch.dtype, ...] = (
 round-to-nearest-even conversion, so the numbers it reports hold for real tensors."""
 
 _LOWER = (torch.float16, torch.bfloat16)
+MAX_EXAMPLE_ELEMENTS = 2**24
+"""The most elements :func:`autocast_dtypes` accepts in its example: it copies the
+example to float32 and to the autocast dtype, and runs every op on both."""
+MAX_MARKS = 64
+"""The most marks :func:`plot_dtype_ranges` draws (each is a labelled line)."""
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -183,9 +198,10 @@ def dtype_ranges(dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> DtypeRanges:
     if not checked:
         msg = "dtypes must name at least one dtype, got an empty sequence"
         raise ValueError(msg)
-    if len(set(checked)) != len(checked):
-        msg = f"dtypes must name each dtype once, got {list(checked)}"
-        raise ValueError(msg)
+    for index, dtype in enumerate(checked):
+        if dtype in checked[:index]:
+            msg = f"dtypes must name each dtype once, got {dtype} again at dtypes[{index}]"
+            raise ValueError(msg)
     rows = []
     for dtype in checked:
         info = torch.finfo(dtype)
@@ -217,16 +233,18 @@ def plot_dtype_ranges(
     Args:
         ranges: what to draw (``dtype_ranges()`` when None).
         marks: magnitudes to mark with a labelled vertical line, such as
-            ``{"a gradient of 1e-8": 1e-8}``; each must be a positive finite number.
+            ``{"a gradient of 1e-8": 1e-8}``: a mapping of str labels to positive
+            finite numbers, at most :data:`MAX_MARKS` of them.
         ax: the axes to draw on (a new figure when None).
 
     Returns:
         The axes; the x axis is ``log10`` of the magnitude.
 
     Raises:
-        TypeError: ``ranges`` is not a :class:`DtypeRanges`, a mark is not a number,
-            or ``ax`` is not a matplotlib Axes.
-        ValueError: a mark is not positive and finite.
+        TypeError: ``ranges`` is not a :class:`DtypeRanges`, ``marks`` is not a
+            mapping of str to numbers, or ``ax`` is not a matplotlib Axes.
+        ValueError: ``ranges`` has no rows, a mark is not positive and finite, or
+            there are more than :data:`MAX_MARKS` marks.
 
     Example:
         >>> ax = plot_dtype_ranges(marks={"1": 1.0})
@@ -241,16 +259,21 @@ def plot_dtype_ranges(
     if ranges is None:
         ranges = dtype_ranges()
     check_type("ranges", ranges, DtypeRanges, "a DtypeRanges (from dtype_ranges) or None")
+    if not ranges.rows:
+        msg = "ranges must hold at least one DtypeRange, got none"
+        raise ValueError(msg)
     if ax is not None:
         check_type("ax", ax, Axes, "a matplotlib Axes or None")
-    shown_marks = dict(marks or {})
-    for label, value in shown_marks.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            msg = f"marks[{label!r}] must be a number, got {type(value).__name__}: {_shown(value)}"
-            raise TypeError(msg)
-        if not (math.isfinite(value) and value > 0):
-            msg = f"marks[{label!r}] must be a positive finite number, got {value!r}"
+    given = {} if marks is None else marks
+    given = check_mapping("marks", given, str, object, "a mapping of labels (str) to numbers")
+    check_count("marks", len(given), limit=MAX_MARKS, what="marks", work="one line each")
+    shown_marks: dict[str, float] = {}
+    for label, value in given.items():
+        number = check_number(f"marks[{label!r}]", value)  # also refuses NaN, inf, 10**400
+        if not number > 0:
+            msg = f"marks[{label!r}] must be a positive finite number, got {_shown(value)}"
             raise ValueError(msg)
+        shown_marks[label] = number
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 1.0 + 0.55 * len(ranges)))
     for y, row in enumerate(ranges):
@@ -361,8 +384,9 @@ def _autocast(device_type: str, dtype: torch.dtype) -> torch.autocast:
         enabled = torch.is_autocast_enabled(device_type)
     if not enabled:
         said = "; ".join(str(w.message).splitlines()[0] for w in caught)
-        msg = f"torch.autocast({device_type!r}, dtype={dtype}) is not enabled here" + (
-            f" (torch warned: {said})" if said else ""
+        msg = (
+            f"device_type={device_type!r}: torch.autocast({device_type!r}, dtype={dtype}) "
+            "is not enabled here" + (f" (torch warned: {said})" if said else "")
         )
         raise RuntimeError(msg)
     return region
@@ -399,7 +423,8 @@ def autocast_dtypes(
 
     Args:
         ops: each op's name and a function of one tensor that returns a tensor.
-        example: a floating-point tensor on a device of type ``device_type``.
+        example: a floating-point tensor on a device of type ``device_type``, of at
+            most :data:`MAX_EXAMPLE_ELEMENTS` elements.
         device_type: the autocast device type, ``"cpu"`` or ``"cuda"``.
         dtype: the autocast dtype, ``torch.bfloat16`` or ``torch.float16``.
 
@@ -407,9 +432,11 @@ def autocast_dtypes(
         An :class:`AutocastTable`, one row per op, in the order of ``ops``.
 
     Raises:
-        TypeError: an argument has the wrong type, or an op returns no tensor.
+        TypeError: an argument has the wrong type, an op is not callable with one
+            argument, or an op returns no tensor.
         ValueError: ``ops`` is empty, ``device_type`` or ``dtype`` is not one of the
-            above, or ``example`` is not floating point or not on ``device_type``.
+            above, or ``example`` is not floating point, not on ``device_type`` or
+            too large.
         RuntimeError: autocast does not enable itself for ``device_type`` and
             ``dtype`` here (``"cuda"`` without CUDA); torch's warning is quoted.
 
@@ -431,9 +458,7 @@ def autocast_dtypes(
     entries: list[tuple[object, object]] = list(ops.items())
     for name, op in entries:
         check_type("each key of ops", name, str, "a str")
-        if not callable(op):
-            msg = f"ops[{name!r}] must be callable, got {type(op).__name__}: {_shown(op)}"
-            raise TypeError(msg)
+        check_callable(f"ops[{name!r}]", op, arguments=1)
     check_type("device_type", device_type, str, "a str")
     if device_type not in ("cpu", "cuda"):
         msg = f"device_type must be 'cpu' or 'cuda', got {device_type!r}"
@@ -450,6 +475,10 @@ def autocast_dtypes(
     if example.device.type != device_type:
         msg = f"example must be on a {device_type!r} device, got {str(example.device)!r}"
         raise ValueError(msg)
+    check_count(
+        "example", example.numel(), limit=MAX_EXAMPLE_ELEMENTS, what="elements",
+        work="it is copied to float32 and to dtype, and every op runs on both",
+    )  # fmt: skip
     as_float32 = example.detach().to(torch.float32)
     as_lower = example.detach().to(dtype)
     rows = tuple(

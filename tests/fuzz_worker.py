@@ -329,6 +329,12 @@ def _objects(memo: dict[Spec, Any]) -> dict[str, Callable[[], Any]]:
         "huge_split": lambda: [[list(range(10**6))]],
         "noisy_range": lambda: memo_module("randomness").NoisyRange(3, seed=0),
         "two_heads": lambda: memo_module("parallel").TwoHeads(),
+        "dtype_ranges": lambda: memo_module("mixed_precision").dtype_ranges(),
+        "dtype_ranges_empty": lambda: memo_module("mixed_precision").DtypeRanges(()),
+        "op_mm": lambda: lambda t: t.reshape(1, -1) @ torch.ones(t.numel(), 2),
+        "op_raises": lambda: lambda t: raising(),
+        "op_tuple": lambda: lambda t: (t, t),
+        "op_float": lambda: lambda t: float(t.sum()),
     }
 
 
@@ -393,6 +399,10 @@ def _body(name: str) -> None:
         raise KeyError("missing")
     if name == "caller_error":
         raise CallerError("from the block")
+    if name == "torch_log":  # what record_torch_logs keeps
+        import logging
+
+        logging.getLogger("torch._dynamo").warning("from the block")
 
 
 def resolve(helper: str) -> Any:

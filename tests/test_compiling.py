@@ -23,6 +23,7 @@ from pytorch_memo.compiling import (
     break_even_calls,
     record_torch_logs,
 )
+from pytorch_memo.profiling import MAX_CALLS
 
 
 @pytest.fixture(autouse=True)
@@ -256,6 +257,20 @@ def test_best_times_is_the_minimum_of_perf_counter_differences(
         ((print, 3), 3, TypeError, r"fns\[1\] must be callable, got int: 3"),
         ((print,), 0, ValueError, "repeats must be >= 1, got 0"),
         ((print,), 2.0, TypeError, "repeats must be an int, got float"),
+        # found by the fuzz: a function that needs an argument failed at its first call
+        # with "<lambda>() missing 1 required positional argument: 'x'", naming no fns
+        (
+            (print, lambda x: x),
+            3,
+            TypeError,
+            (
+                r"fns\[1\] must be callable without arguments \(wrap them in a lambda\), "
+                r"got a callable with signature \(x\)"
+            ),
+        ),
+        # found by the fuzz: repeats=2**63 ran for ever (a hang), unbounded
+        ((print,), 2**63, ValueError, "repeats must be <= 100000, got 9223372036854775808"),
+        ((print,), MAX_CALLS + 1, ValueError, "repeats must be <= 100000, got 100001"),
     ],
 )
 def test_best_times_refuses_bad_arguments(

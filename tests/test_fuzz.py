@@ -47,11 +47,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import pytorch_memo
 from pytorch_memo._procs import kill_tree
+from pytorch_memo.mixed_precision import FLOAT_DTYPES
 from tests.fuzz_worker import Spec, _modules, _objects, _paths, _tensors, receive, send
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,6 +293,7 @@ LOGITS = A(
 FOLDER = A(P("directory", "str_dir"), [*P("missing", "fifo", "text", "dev_null"), *BAD_PATHS])
 BATCH = A([8, 16], [0, -1, 3, 2**20 + 1, *INTS])  # a global batch (world size 2)
 VECTOR = T("vector")[0]
+HALF = torch.float16
 IGNORE_HOSTILE: list[Any] = [
     VECTOR, [1], [None], "ab", *O("generator", "endless_tensors"), [T("nested")[0]],
     [T("sparse")[0]], [T("meta_small")[0]], *GARBAGE,
@@ -743,6 +746,145 @@ REGISTRY: dict[str, Entry | str] = {
     ),
     "randomness.reseed_worker": Entry(calls([A([0, 1], [-1, *INTS])])),
     "randomness.seed_everything": Entry(calls([A([0, 3, 2**32 - 1], [-1, 2**32, *INTS])])),
+    # mixed precision
+    "mixed_precision.dtype_ranges": Entry(
+        calls(
+            [
+                A(
+                    [FLOAT_DTYPES, [HALF], (torch.float64, torch.bfloat16)],
+                    [
+                        [],
+                        HALF,
+                        "float16",
+                        ["float16"],
+                        [torch.int8],
+                        [HALF, HALF],
+                        [torch.float8_e5m2],
+                        [HALF] * 10**5,
+                        [None],
+                        *O("generator"),
+                        *GARBAGE,
+                    ],
+                )
+            ]
+        )
+    ),
+    "mixed_precision.plot_dtype_ranges": Entry(
+        calls(
+            [A([None, *O("dtype_ranges")], [*O("dtype_ranges_empty"), [HALF], *GARBAGE])],
+            {
+                "marks": A(
+                    [None, {}, {"1e-8": 1e-8}, {"max": 1e308, "one": 1, "huge int": 2**1000}],
+                    [
+                        {"zero": 0.0},
+                        {"nan": NAN},
+                        {"inf": INF},
+                        {"negative": -1.0},
+                        {"int": 10**400},
+                        {"long": 10**5000},
+                        {"s": "1e-8"},
+                        {"b": True},
+                        {"t": VECTOR},
+                        {1: 1.0},
+                        [("a", 1.0)],
+                        [1],
+                        "ab",
+                        {str(i): 1.0 for i in range(10**4)},
+                        *O("generator"),
+                        *GARBAGE,
+                    ],
+                ),
+                "ax": AX,
+            },
+        )
+    ),
+    "mixed_precision.autocast_dtypes": Entry(
+        calls(
+            [
+                A(
+                    [
+                        {"sum": torch.sum},
+                        {"mm": O("op_mm")[0], "exp": torch.exp},
+                        {"identity": O("fn_args")[0]},
+                    ],
+                    [
+                        {},
+                        [torch.sum],
+                        {1: torch.sum},
+                        {"a": 3},
+                        {"a": O("fn_none")[0]},
+                        {"a": O("op_tuple")[0]},
+                        {"a": O("op_float")[0]},
+                        {"a": O("op_raises")[0]},
+                        "sum",
+                        *GARBAGE,
+                    ],
+                ),
+                A(
+                    T(
+                        "floats",
+                        "vector",
+                        "half",
+                        "transposed",
+                        "grad_leaf",
+                        "scalar",
+                        "empty",
+                        "strided",
+                        "overlapping",
+                        "big_storage",
+                    ),
+                    [
+                        *T(
+                            "ints", "bool", "complex", "meta_small", "expanded_huge", "wide_overlap"
+                        ),
+                        *BAD_TENSORS,
+                        *GARBAGE,
+                    ],
+                ),
+            ],
+            {
+                "device_type": A(
+                    ["cpu"], ["cuda", "mps", "", "CPU", "cpu:0", *O("device_cpu"), 3, None]
+                ),
+                "dtype": A(
+                    [torch.bfloat16, torch.float16],
+                    [torch.float32, torch.float64, torch.int8, "bfloat16", None, 3],
+                ),
+            },
+        ),
+        passes_through=(CALLER_ERROR,),
+    ),
+    "mixed_precision.AutocastRow": RESULT,
+    "mixed_precision.AutocastTable": RESULT,
+    "mixed_precision.DtypeRange": RESULT,
+    "mixed_precision.DtypeRanges": RESULT,
+    # compiling: the recorder is a dataclass (a backend for torch.compile), made by the
+    # caller, not by a helper; its graphs come from torch.compile, too slow to fuzz here
+    "compiling.GraphRecorder": RESULT,
+    "compiling.RecordedGraph": RESULT,
+    "compiling.TorchLogs": RESULT,
+    "compiling.record_torch_logs": Entry(
+        calls(body=["nothing", "torch_log", "autograd", "caller_error"]),
+        passes_through=(CALLER_ERROR,),
+    ),
+    "compiling.break_even_calls": Entry(
+        calls(
+            [],
+            {
+                "compile_seconds": A([2.0, 1e-9, 3e7], SECONDS[:-1]),
+                "eager_seconds": A([0.5, 1e-9, 5e-324], SECONDS[:-1]),
+                "compiled_seconds": A([0.25, 1.0, 5e-324], SECONDS[:-1]),
+            },
+        )
+    ),
+    "compiling.best_times": Entry(
+        calls(  # a first function always given, so that each repeats is tried with one
+            [A(FUNCTIONS, CALLABLES_BAD)],
+            {"repeats": A([1, 3, 20, 100_000], [0, -1, 100_001, *INTS])},
+            varargs=A(FUNCTIONS, CALLABLES_BAD),
+        ),
+        passes_through=(CALLER_ERROR,),
+    ),
 }
 
 

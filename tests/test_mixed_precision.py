@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from pytorch_memo.mixed_precision import (
     FLOAT_DTYPES,
+    MAX_MARKS,
     AutocastRow,
     AutocastTable,
+    DtypeRanges,
     autocast_dtypes,
     dtype_ranges,
     plot_dtype_ranges,
@@ -146,7 +148,11 @@ def test_ranges_render_as_text_and_html() -> None:
         (["float16"], TypeError, r"dtypes\[0\] must be a torch.dtype, got str"),
         ([torch.float32, torch.int8], ValueError, r"dtypes\[1\] must be one of .* got torch.int8"),
         ([torch.float8_e5m2], ValueError, r"dtypes\[0\] must be one of torch.float16"),
-        ([torch.float16, torch.float16], ValueError, "dtypes must name each dtype once"),
+        (
+            [torch.float16, torch.float32, torch.float16],
+            ValueError,
+            r"dtypes must name each dtype once, got torch.float16 again at dtypes\[2\]",
+        ),
     ],
 )
 def test_bad_dtypes_are_named(dtypes: object, error: type[Exception], message: str) -> None:
@@ -185,9 +191,29 @@ def test_plot_uses_the_given_axes_and_defaults_to_every_dtype() -> None:
         ({"ranges": [torch.float16]}, TypeError, "ranges must be a DtypeRanges"),
         ({"ax": "ax"}, TypeError, "ax must be a matplotlib Axes or None, got str"),
         ({"marks": {"zero": 0.0}}, ValueError, r"marks\['zero'\] must be a positive finite"),
-        ({"marks": {"inf": math.inf}}, ValueError, r"marks\['inf'\] must be a positive finite"),
+        ({"marks": {"inf": math.inf}}, ValueError, r"marks\['inf'\] must be a finite number"),
         ({"marks": {"s": "1e-8"}}, TypeError, r"marks\['s'\] must be a number, got str"),
         ({"marks": {"b": True}}, TypeError, r"marks\['b'\] must be a number, got bool"),
+        # found by the fuzz: "OverflowError: int too large to convert to float"
+        ({"marks": {"big": 10**400}}, ValueError, r"marks\['big'\] must be a finite number"),
+        # found by the fuzz: marks that are no mapping failed in dict() ("'int' object is
+        # not iterable", "cannot convert dictionary update sequence element #0..."), and a
+        # list of pairs was taken silently
+        (
+            {"marks": 3},
+            TypeError,
+            "marks must be a mapping of labels \\(str\\) to numbers, got int",
+        ),
+        ({"marks": [("a", 1.0)]}, TypeError, "marks must be a mapping of labels .* got list"),
+        ({"marks": {1: 1.0}}, TypeError, "marks must be a mapping of labels .* got an item int"),
+        # found by the fuzz: 10**4 marks took 10 s to draw (one line and label each)
+        (
+            {"marks": {str(i): 1.0 for i in range(MAX_MARKS + 1)}},
+            ValueError,
+            "marks has 65 marks; at most 64 allowed",
+        ),
+        # found by the fuzz: "ValueError: min() arg is an empty sequence", naming no argument
+        ({"ranges": DtypeRanges(())}, ValueError, "ranges must hold at least one DtypeRange"),
     ],
 )
 def test_plot_names_bad_arguments(
@@ -319,6 +345,25 @@ def test_cuda_without_cuda_is_refused_with_torchs_warning() -> None:
             "each key of ops must be a str, got int: 1",
         ),
         (({"sum": 3}, torch.ones(2)), {}, TypeError, r"ops\['sum'\] must be callable, got int: 3"),
+        # found by the fuzz: an op taking no argument failed when called, with
+        # "<lambda>() takes 0 positional arguments but 1 was given", naming no op
+        (
+            ({"none": lambda: None}, torch.ones(2)),
+            {},
+            TypeError,
+            (
+                r"ops\['none'\] must be callable with 1 positional argument, got a callable "
+                r"with signature \(\)"
+            ),
+        ),
+        # found by the fuzz: an expanded example of 2**40 elements (4 bytes of memory) was
+        # copied to bfloat16: "can't allocate memory: you tried to allocate 2199023255552 bytes"
+        (
+            ({"sum": torch.sum}, torch.zeros(1).expand(2**40)),
+            {},
+            ValueError,
+            "example has 1099511627776 elements; at most 16777216 allowed",
+        ),
         (({"sum": torch.sum}, [1.0]), {}, TypeError, "example must be a torch.Tensor, got list"),
         (
             ({"sum": torch.sum}, torch.ones(2, dtype=torch.int64)),
