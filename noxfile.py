@@ -81,7 +81,7 @@ def env(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Ruff on everything (notebooks too); mypy strict on the package, the model and tests."""
+    """Ruff on everything (notebooks too); mypy strict on the package, memobook, tests, noxfile."""
     _env(session)
     session.run("ruff", "check", *(session.posargs or ["."]))
     session.run("ruff", "format", "--check", *(session.posargs or ["."]))

@@ -79,7 +79,9 @@ def test_plot_archive_draws_every_record(tmp_path: Path) -> None:
     records = archive_records(tmp_path / "m.pt")
     assert len(ax.patches) == 1 + len(records)  # the frame and one bar per record
     assert ax.get_xlim() == (0.0, float((tmp_path / "m.pt").stat().st_size))
-    assert "zip headers, padding, index" in [t.get_text() for t in ax.get_legend().get_texts()]
+    legend = ax.get_legend()
+    assert legend is not None
+    assert "zip headers, padding, index" in [t.get_text() for t in legend.get_texts()]
     labels = [t.get_text() for t in ax.texts]
     assert "data/0" in labels
     _, given_ax = plt.subplots()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -127,7 +128,7 @@ def test_the_size_zero_case_names_the_trailing_dimension() -> None:
     ],
 )
 def test_bad_input(
-    args: tuple[object, ...], named: dict[str, object], error: type, match: str
+    args: tuple[object, ...], named: dict[str, Any], error: type, match: str
 ) -> None:
     with pytest.raises(error, match=match):
         explain_broadcast(*args, **named)
@@ -147,12 +148,15 @@ def close_figures() -> Iterator[None]:
 @given(st.lists(small_shapes, min_size=1, max_size=3))
 def test_plot_shows_every_size_and_the_result(shapes: list[tuple[int, ...]]) -> None:
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     fig, ax = plt.subplots()
     plot_broadcast(*shapes, ax=ax, title="shapes")
     expected = torch_says(shapes)
     ndim = max(map(len, shapes))
-    boxes = [p for p in ax.patches if p.get_width() == 0.9]
+    rectangles = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert len(rectangles) == len(ax.patches)  # plot_broadcast draws only boxes
+    boxes = [p for p in rectangles if p.get_width() == 0.9]
     assert len(boxes) == ndim * (len(shapes) + 1)
     result_texts = [
         t.get_text() for t in ax.texts if t.get_position()[1] == 1.3 and t.get_position()[0] > 0

@@ -251,9 +251,9 @@ def test_process_killed_mid_save_leaves_the_old_checkpoint(tmp_path: Path) -> No
         text=True,
     )
     try:
+        assert child.stdout is not None
         ready, _, _ = select.select([child.stdout], [], [], 120)
         assert ready, "the child never reached the middle of its save"
-        assert child.stdout is not None
         line = child.stdout.readline().strip()
         assert line == "mid-write", f"child said {line!r}; stderr: {child.stderr.read()}"  # type: ignore[union-attr]
         partial = [tmp_path / name for name in _leftovers(tmp_path)]
@@ -422,8 +422,9 @@ class _Hostile:
 def test_a_pickle_that_would_run_code_is_refused(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     path = tmp_path / "hostile.pt"
-    payload = {"format": FORMAT, "model": nn.Linear(2, 2).state_dict(), "extra": {}}
-    payload["extra"]["gift"] = _Hostile(marker)
+    extra: dict[str, object] = {}
+    payload = {"format": FORMAT, "model": nn.Linear(2, 2).state_dict(), "extra": extra}
+    extra["gift"] = _Hostile(marker)
     torch.save(payload, path)
 
     with pytest.raises(UnsafeCheckpointError, match="_leave_marker") as caught:
@@ -471,9 +472,11 @@ def test_an_optimizer_with_other_groups_is_refused_before_loading(tmp_path: Path
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     path = save_checkpoint(tmp_path / "c.pt", model=model, optimizer=optimizer)
     other_model = nn.Linear(3, 3)
-    other = torch.optim.SGD(
-        [{"params": [other_model.weight]}, {"params": [other_model.bias]}], lr=0.1
-    )
+    groups: list[dict[str, Any]] = [
+        {"params": [other_model.weight]},
+        {"params": [other_model.bias]},
+    ]
+    other = torch.optim.SGD(groups, lr=0.1)
     before = other_model.weight.detach().clone()
     with pytest.raises(CheckpointMismatchError, match=r"\[2\] in the file, \[1, 1\]"):
         load_checkpoint(path, model=other_model, optimizer=other)
@@ -796,34 +799,34 @@ def _local_entries(data: bytes) -> list[int]:
 
 
 def _name_byte_ff(data: bytearray) -> None:
-    central = _central_entries(data)[0]
+    central = _central_entries(bytes(data))[0]
     data[central + 46 + 2] = 0xFF  # the record's name, flagged UTF-8 by torch's writer
 
 
 def _method_99(data: bytearray) -> None:
-    for central in _central_entries(data):
+    for central in _central_entries(bytes(data)):
         struct.pack_into("<H", data, central + 10, 99)
-    for local in _local_entries(data):
+    for local in _local_entries(bytes(data)):
         struct.pack_into("<H", data, local + 8, 99)
 
 
 def _method_deflate(data: bytearray) -> None:
-    struct.pack_into("<H", data, _central_entries(data)[0] + 10, 8)
-    struct.pack_into("<H", data, _local_entries(data)[0] + 8, 8)
+    struct.pack_into("<H", data, _central_entries(bytes(data))[0] + 10, 8)
+    struct.pack_into("<H", data, _local_entries(bytes(data))[0] + 8, 8)
 
 
 def _encrypted(data: bytearray) -> None:
-    central = _central_entries(data)[0]
+    central = _central_entries(bytes(data))[0]
     flags = struct.unpack_from("<H", data, central + 8)[0]
     struct.pack_into("<H", data, central + 8, flags | 0x1)
 
 
 def _header_offset_past_the_end(data: bytearray) -> None:
-    struct.pack_into("<I", data, _central_entries(data)[1] + 42, len(data) + 10_000)
+    struct.pack_into("<I", data, _central_entries(bytes(data))[1] + 42, len(data) + 10_000)
 
 
 def _local_magic_broken(data: bytearray) -> None:
-    data[_local_entries(data)[2] + 2] ^= 0xFF
+    data[_local_entries(bytes(data))[2] + 2] ^= 0xFF
 
 
 SURGERY = {
@@ -924,7 +927,7 @@ def test_wrong_optimizer_and_scheduler_entries_are_mismatches(tmp_path: Path) ->
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
     good = _payload_with(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict())
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"optimizer": [1]}, "optimizer entry without param_groups"),
         ({"optimizer": {"state": {}, "param_groups": [{"params": "ab"}]}}, "list of parameter"),
         (
@@ -1060,7 +1063,11 @@ def test_a_full_disk_inside_torch_save_is_an_enospc_error_naming_the_path(
         def flush(self) -> None:
             self.file.flush()
 
-    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: real_save(obj, Full(f), *a, **k))
+    def full_save(obj: object, f: Any, *a: Any, **k: Any) -> None:
+        # Full is a bare writer (write and flush: what torch's zip writer calls), no IO[bytes]
+        real_save(obj, Full(f), *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch, "save", full_save)
     with pytest.raises(
         OSError,
         match=r"could not write '.*ckpt\.pt': No space left on device \(ENOSPC: the device is full\)",
@@ -1216,7 +1223,7 @@ def test_the_checks_accept_every_torch_optimizer_and_scheduler(
 
         def closure() -> torch.Tensor:
             optimizer.zero_grad()
-            loss = model(torch.randn(4, 3)).pow(2).mean()
+            loss: torch.Tensor = model(torch.randn(4, 3)).pow(2).mean()
             loss.backward()
             return loss
 

@@ -128,7 +128,7 @@ def test_dynamic_false_records_static_graphs_and_clear_forgets() -> None:
 
 def test_recorder_refuses_what_is_not_a_graph_module() -> None:
     with pytest.raises(TypeError, match=r"graph_module must be a torch\.fx\.GraphModule, got str"):
-        GraphRecorder()("graph", [])
+        GraphRecorder()("graph", [])  # type: ignore[arg-type]
 
 
 def test_record_torch_logs_keeps_records_off_stderr(capfd: pytest.CaptureFixture[str]) -> None:
@@ -170,12 +170,14 @@ def test_record_torch_logs_catches_a_recompile_limit_warning(
 
 
 def test_graph_break_logs_are_recorded() -> None:
-    torch._logging.set_logs(graph_breaks=True)
+    # set_logs is documented as torch._logging.set_logs, but that package re-exports it
+    # from torch._logging._internal without __all__, so mypy sees no explicit export.
+    torch._logging.set_logs(graph_breaks=True)  # type: ignore[attr-defined]
     try:
         with record_torch_logs() as logs:
             torch.compile(_with_print, backend="eager")(torch.ones(2))
     finally:
-        torch._logging.set_logs()
+        torch._logging.set_logs()  # type: ignore[attr-defined]
     assert len(logs.find("Graph break in user code")) == 1
 
 

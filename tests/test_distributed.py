@@ -206,17 +206,17 @@ def test_timeouts_must_be_finite(timeout: float) -> None:
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: run_workers("rank_info"), TypeError, "worker must be callable, got str"),
+        (lambda: run_workers("rank_info"), TypeError, "worker must be callable, got str"),  # type: ignore[arg-type]
         (lambda: run_workers(rank_info, world_size=10**6), ValueError, "world_size must be <= 64"),
         (lambda: run_torchrun(nproc=65), ValueError, "nproc must be <= 64, got 65"),
         (lambda: rank_info(), RuntimeError, "rank_info is a worker for run_workers"),
         (lambda: all_reduce_sum(), RuntimeError, "all_reduce_sum is a worker for run_workers"),
         (lambda: ddp_step(0, 2), RuntimeError, "ddp_step is a worker for run_workers"),
-        (lambda: ddp_step("0", 2), TypeError, "seed must be an int, got str"),
+        (lambda: ddp_step("0", 2), TypeError, "seed must be an int, got str"),  # type: ignore[arg-type]
         (lambda: ddp_step(0, 2, lr=float("nan")), ValueError, "lr must be a finite number"),
         (lambda: make_batch(0, 2**40), ValueError, r"batch_size must be <= 1048576"),
         (lambda: make_model(2**64), ValueError, rf"seed must be <= {2**64 - 1}"),
-        (lambda: reference_step(0, 2, lr="0.1"), TypeError, "lr must be a number, got str"),
+        (lambda: reference_step(0, 2, lr="0.1"), TypeError, "lr must be a number, got str"),  # type: ignore[arg-type]
     ],
 )
 def test_arguments_are_checked_before_any_work(

@@ -159,6 +159,8 @@ def close_figures() -> Iterator[None]:
 @given(gather_cases(max_ndim=2))
 def test_plot_gather_draws_one_arrow_per_output_from_its_source(case: GatherCase) -> None:
     import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+    from matplotlib.text import Annotation
 
     ax = plot_gather(case.input, case.dim, case.index)
     arrows = [t for t in ax.texts if t.get_gid() == "gather-arrow"]
@@ -168,6 +170,7 @@ def test_plot_gather_draws_one_arrow_per_output_from_its_source(case: GatherCase
     for arrow, step in zip(arrows, explain_gather(case.input, case.dim, case.index), strict=True):
         src = step.source if len(step.source) == 2 else (0, *step.source)
         out = step.output if len(step.output) == 2 else (0, *step.output)
+        assert isinstance(arrow, Annotation)
         assert arrow.xyann == (src[1] + 0.5, src[0] + 0.5)
         assert arrow.xy == (out_left + out[1] + 0.5, out[0] + 0.5)
     # The output grid's labels are torch.gather's values.
@@ -175,7 +178,9 @@ def test_plot_gather_draws_one_arrow_per_output_from_its_source(case: GatherCase
     labels = [t for t in ax.texts if t.get_position()[0] > out_left and t.get_gid() is None]
     labels.sort(key=lambda t: (t.get_position()[1], t.get_position()[0]))
     assert [float(t.get_text()) for t in labels[1:]] == gathered.tolist()  # [0] is the title
-    plt.close(ax.figure)
+    fig = ax.figure
+    assert isinstance(fig, Figure)
+    plt.close(fig)
 
 
 @pytest.mark.usefixtures("close_figures")
@@ -229,9 +234,9 @@ def test_conv2d_as_matmul_matches_conv2d(
         expected = F.conv2d(x, weight, bias, **options)  # type: ignore[arg-type]
     except RuntimeError:
         with pytest.raises(ValueError, match="must fit in the padded input"):
-            conv2d_as_matmul(x, weight, bias, **options)  # type: ignore[arg-type]
+            conv2d_as_matmul(x, weight, bias, **options)
         return
-    got = conv2d_as_matmul(x, weight, bias, **options)  # type: ignore[arg-type]
+    got = conv2d_as_matmul(x, weight, bias, **options)
     assert got.shape == expected.shape
     torch.testing.assert_close(got, expected)
 

@@ -55,7 +55,7 @@ def test_shares_memory_agrees_with_numpy(
     storage = torch.zeros(STORAGE, dtype=dtype)
     ta = storage.as_strided(a.size, a.stride, a.offset)
     tb = storage.as_strided(b.size, b.stride, b.offset)
-    expected = bool(np.shares_memory(ta.numpy(), tb.numpy(), max_work=None))
+    expected = bool(np.shares_memory(ta.numpy(), tb.numpy(), max_work=-1))  # -1: exact
     assert shares_memory(ta, tb) is expected
     assert shares_memory(tb, ta) is expected
 
@@ -66,7 +66,7 @@ def test_shares_memory_across_dtypes(a: StridedView, b: StridedView) -> None:
     storage = torch.zeros(STORAGE, dtype=torch.uint8)
     ta = storage.as_strided(a.size, a.stride, a.offset)
     tb = storage.view(torch.int32).as_strided(b.size, b.stride, b.offset)
-    expected = bool(np.shares_memory(ta.numpy(), tb.numpy(), max_work=None))
+    expected = bool(np.shares_memory(ta.numpy(), tb.numpy(), max_work=-1))  # -1: exact
     assert shares_memory(ta, tb) is expected
 
 
@@ -152,9 +152,13 @@ def test_plot_storage_labels_each_element_at_its_offset(v: StridedView) -> None:
 
 @pytest.mark.usefixtures("close_figures")
 def test_plot_storage_colors_by_dim() -> None:
+    from matplotlib.patches import Rectangle
+
     image = torch.zeros(1, 3, 2, 2)
     ax = plot_storage(image.contiguous(memory_format=torch.channels_last), color_dim=1)
-    used = [p for p in ax.patches if p.get_edgecolor()[:3] == (0.3, 0.3, 0.3)]
+    cells = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert len(cells) == len(ax.patches)  # plot_storage draws only cells
+    used = [p for p in cells if p.get_edgecolor()[:3] == (0.3, 0.3, 0.3)]
     colors = [p.get_facecolor() for p in sorted(used, key=lambda p: p.get_x())]
     assert colors[0] != colors[1] != colors[2]
     assert colors[0] == colors[3]  # channels_last: channel 0, 1, 2, then channel 0 again
@@ -314,6 +318,8 @@ def test_plot_view_rejects_large_tensors(tensor: torch.Tensor, match: str) -> No
 
 @pytest.mark.usefixtures("close_figures")
 def test_plot_values_draws_every_value_in_its_row_and_column() -> None:
+    from matplotlib.patches import Rectangle
+
     # The chapter's case: a storage before and after add_(1) through overlapping windows.
     base = torch.arange(8.0)
     windows = base.unfold(0, 3, 2)
@@ -330,7 +336,9 @@ def test_plot_values_draws_every_value_in_its_row_and_column() -> None:
         assert [cells[y, c] for c in range(8)] == [str(int(v)) for v in row.tolist()]
     names = {round(t.get_position()[1] - 0.5): t.get_text() for t in ax.get_yticklabels()}
     assert names == {2: "before", 1: "uses", 0: "after"}  # top to bottom, in order
-    faces = {(round(p.get_y()), round(p.get_x())): p.get_facecolor() for p in ax.patches}
+    boxes = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert len(boxes) == len(ax.patches)  # plot_values draws only cells
+    faces = {(round(p.get_y()), round(p.get_x())): p.get_facecolor() for p in boxes}
     warm = {c for c in range(8) if faces[0, c] != faces[1, c]}
     assert warm == {int(i) for i in (base != before + 1).nonzero().flatten()}
 
@@ -480,7 +488,7 @@ def test_nested_tensors_get_a_clear_error() -> None:
         with pytest.raises(
             ValueError, match=r"tensor must be a strided \(dense\) tensor, got a nested"
         ):
-            helper(nested)  # type: ignore[operator]
+            helper(nested)
     with pytest.raises(ValueError, match=r"b must be a strided \(dense\) tensor, got a nested"):
         shares_memory(torch.zeros(1), nested)
 

@@ -307,17 +307,17 @@ def test_filtered_candidates_are_never_sampled() -> None:
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: keep_top_k([1.0], 1), TypeError, "logits must be a torch.Tensor"),
+        (lambda: keep_top_k([1.0], 1), TypeError, "logits must be a torch.Tensor"),  # type: ignore[arg-type]
         (lambda: keep_top_k(torch.tensor([1, 2]), 1), ValueError, "logits must be a floating-point tensor .* got torch.int64"),
         (lambda: keep_top_k(torch.tensor(1.0), 1), ValueError, r"shape \(\)"),
         (lambda: keep_top_k(torch.zeros(2, 0), 1), ValueError, r"shape \(2, 0\)"),
         (lambda: keep_top_k(torch.zeros(3), 0), ValueError, "k must be >= 1, got 0"),
         (lambda: keep_top_k(torch.zeros(3), 4), ValueError, r"k must be at most the number of candidates \(3\), got 4"),
-        (lambda: keep_top_k(torch.zeros(3), 1.0), TypeError, "k must be an int"),
+        (lambda: keep_top_k(torch.zeros(3), 1.0), TypeError, "k must be an int"),  # type: ignore[arg-type]
         (lambda: keep_top_p(torch.zeros(3), 0), ValueError, r"p must be in \(0, 1\], got 0"),
         (lambda: keep_top_p(torch.zeros(3), 1.5), ValueError, r"p must be in \(0, 1\], got 1.5"),
         (lambda: keep_top_p(torch.zeros(3), float("nan")), ValueError, r"p must be in \(0, 1\], got nan"),
-        (lambda: keep_top_p(torch.zeros(3), "0.9"), TypeError, "p must be a number"),
+        (lambda: keep_top_p(torch.zeros(3), "0.9"), TypeError, "p must be a number"),  # type: ignore[arg-type]
         (lambda: keep_top_p(torch.zeros(3, dtype=torch.int64), 0.9), ValueError, "floating-point"),
     ],
 )  # fmt: skip

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 
 import matplotlib as mpl
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,8 @@ from pytorch_memo.mixed_precision import (
 mpl.use("Agg")
 
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 
 def as_dtype(value: float, dtype: torch.dtype) -> float:
@@ -169,20 +172,24 @@ def test_plot_draws_a_subnormal_and_a_normal_bar_per_dtype() -> None:
     bars = ax.patches
     assert len(bars) == 4
     half_sub, half_normal = bars[0], bars[1]
+    assert isinstance(half_sub, Rectangle)
+    assert isinstance(half_normal, Rectangle)
     assert half_sub.get_x() == pytest.approx(math.log10(2**-24))
     assert half_sub.get_x() + half_sub.get_width() == pytest.approx(math.log10(2**-14))
     assert half_normal.get_x() + half_normal.get_width() == pytest.approx(math.log10(65504))
     assert [t.get_text() for t in ax.get_yticklabels()] == ["float16", "bfloat16"]
-    assert [line.get_xdata()[0] for line in ax.get_lines()] == [pytest.approx(-8)]
-    plt.close(ax.figure)
+    assert [np.asarray(line.get_xdata())[0] for line in ax.get_lines()] == [pytest.approx(-8)]
+    fig = ax.figure
+    assert isinstance(fig, Figure)
+    plt.close(fig)
 
 
 def test_plot_uses_the_given_axes_and_defaults_to_every_dtype() -> None:
-    _, given_ax = plt.subplots()
+    fig, given_ax = plt.subplots()
     ax = plot_dtype_ranges(ax=given_ax)
     assert ax is given_ax
     assert len(ax.patches) == 2 * len(FLOAT_DTYPES)
-    plt.close(ax.figure)
+    plt.close(fig)
 
 
 @pytest.mark.parametrize(

@@ -202,7 +202,7 @@ def modules(draw: st.DrawFn) -> nn.Module:
     made: list[nn.Module] = []
 
     def block() -> nn.Module:
-        if made and draw(st.booleans()) and draw(st.booleans()):
+        if len(made) > 0 and draw(st.booleans()) and draw(st.booleans()):
             return draw(st.sampled_from(made))  # reuse: shared parameters
         module = draw(st.sampled_from(BLOCKS))()
         made.append(module)
