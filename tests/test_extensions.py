@@ -43,8 +43,11 @@ PyMODINIT_FUNC INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&def); 
 """
 BUILD = textwrap.dedent(
     """
-    import sys, warnings
+    import signal, sys, warnings
     warnings.simplefilter("always")
+    # Ctrl-C raises KeyboardInterrupt even where this process was started with SIGINT
+    # ignored (a background job of a shell inherits that, and passes it on)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from pytorch_memo.extensions import build_extension
     module = build_extension("bare", sys.argv[2], no_implicit_headers=True, build_root=sys.argv[1])
     print("built", module.__name__)
@@ -124,7 +127,12 @@ def test_an_interrupted_build_leaves_no_compiler_running(tmp_path: Path) -> None
     with no_orphans():
         interrupted, folder = _slow_build(tmp_path)
         interrupted.send_signal(signal.SIGINT)  # Ctrl-C: KeyboardInterrupt in load_inline
-        _, err = interrupted.communicate(timeout=60)
+        try:
+            _, err = interrupted.communicate(timeout=60)
+        finally:
+            if interrupted.poll() is None:  # it did not stop: leave nothing running
+                os.killpg(interrupted.pid, signal.SIGKILL)
+                interrupted.communicate()
     assert "KeyboardInterrupt" in err
     assert interrupted.returncode != 0
     assert killed_build(folder) is None  # the interrupted build emptied its record
