@@ -3,9 +3,9 @@ how ``DistributedSampler`` splits a dataset across ranks, epoch by epoch.
 
 Used by the chapter *Data loading*. With ``num_workers > 0`` a ``DataLoader`` hands its
 dataset and its ``collate_fn`` to worker processes. Under the ``spawn`` and
-``forkserver`` start methods they travel pickled, by reference to the module that
-defines them, so a class or function defined in a notebook cannot be found there: the
-ones the chapter runs in workers live here. All data is made up on the spot.
+``forkserver`` start methods they travel pickled, their classes and functions by
+reference to the module that defines them, so a class or function defined in a notebook
+cannot be found there: the ones the chapter runs in workers live here. All data is made up on the spot.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 A ``Dataset`` and a ``worker_init_fn`` given to a ``DataLoader`` with ``num_workers > 0``
 live in this module rather than in a notebook: workers started with ``spawn`` (the
-default on macOS and Windows) unpickle them, which imports them by name, and a class or
-function defined in a notebook cannot be imported by another process.
+default on macOS and Windows) or ``forkserver`` (the default on Linux from Python 3.14)
+unpickle them, which imports their classes and functions by module and name, and a class
+or function defined in a notebook (in ``__main__``) cannot be imported by another
+process.
 
 Used by the chapter *Randomness and reproducibility*.
 """
