@@ -17,7 +17,12 @@ import torch
 
 from pytorch_memo._checks import _shown, check_iterable
 
-__all__ = ["SavedTensor", "SavedTensors", "record_saved_tensors"]
+__all__ = [
+    "MAX_IGNORED",
+    "SavedTensor",
+    "SavedTensors",
+    "record_saved_tensors",
+]
 
 _StorageKey = tuple[str, int]
 MAX_IGNORED = 2**18

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 __all__ = [
+    "MAX_LENGTH",
+    "MAX_PADDED",
+    "MAX_SPLIT_CELLS",
+    "MAX_SPLIT_WORK",
     "CountingStream",
     "PaddedBatch",
     "TracingDataset",

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 __all__ = [
+    "MAX_CLASSES",
+    "MAX_LOGITS",
     "MAX_SAMPLES",
     "SEED_RANGE",
     "FrequencyCheck",
@@ -219,7 +221,7 @@ class FrequencyCheck:
     observed: torch.Tensor
     """The fraction of draws that gave each class."""
     tolerance: torch.Tensor
-    """How far each frequency may stray: the ``t`` at which Bernstein's bound on
+    """How far each frequency may stray, the ``t`` at which Bernstein's bound on
     ``P(|X/n - p| >= t)`` equals ``2 * Phi(-sigmas)`` (see :func:`check_frequencies`)."""
 
     @property

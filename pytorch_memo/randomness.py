@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 __all__ = [
+    "MAX_PLOTTED_DRAWS",
     "Draw",
     "NoisyRange",
     "deterministic_algorithms",

@@ -11,9 +11,9 @@ ROOT = memobook.ROOT
 
 # Files CONTRIBUTING.md names as examples of what a command would write.
 EXAMPLE_FILES = {
-    "book/data_loading.ipynb",
-    "pytorch_memo/data_loading.py",
-    "tests/test_data_loading.py",
+    "book/quantization.ipynb",
+    "pytorch_memo/quantization.py",
+    "tests/test_quantization.py",
 }
 
 
