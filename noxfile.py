@@ -93,9 +93,10 @@ def tests(session: nox.Session) -> None:
     """Unit tests and doctests of the package and the model, and the chapters' static checks."""
     _env(session)
     paths = session.posargs if any(Path(a).exists() for a in session.posargs) else []
+    workers = [] if paths else list(memobook.TEST_WORKERS)  # the whole run: in parallel
     session.run(
         "python", "-m", "pytest", "--doctest-modules", "--ignore=tests/site", "--ignore=tests/lab",
-        *(paths or ["pytorch_memo", "memobook", "tests", *session.posargs]),
+        *workers, *(paths or ["pytorch_memo", "memobook", "tests", *session.posargs]),
     )  # fmt: skip
 
 

@@ -53,6 +53,7 @@ UNIT_ARGS = (
     "--ignore=tests/test_contributing.py",
     "-m",
     "not pinned_stack",
+    *memobook.TEST_WORKERS,
     "pytorch_memo",
     "tests",
 )
