@@ -383,6 +383,13 @@ def _call_folder(root: Path) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+BODY_ERRORS = {
+    "value_error": ("builtins.ValueError", "bad value: x"),
+    "key_error": ("builtins.KeyError", "missing"),
+}
+"""The errors a fuzzed block raises itself: its type and message, by the body's name."""
+
+
 def _body(name: str) -> None:
     """What the block of a context manager (``raises``...) does in a fuzzed call."""
     import torch
@@ -393,10 +400,9 @@ def _body(name: str) -> None:
     if name == "autograd_meta":  # saves tensors without storage
         x = torch.ones(3, device="meta", requires_grad=True)
         (x * x).sum()
-    if name == "value_error":
-        raise ValueError("bad value: x")
-    if name == "key_error":
-        raise KeyError("missing")
+    if name in BODY_ERRORS:
+        kind, message = BODY_ERRORS[name]
+        raise {"builtins.ValueError": ValueError, "builtins.KeyError": KeyError}[kind](message)
     if name == "caller_error":
         raise CallerError("from the block")
     if name == "torch_log":  # what record_torch_logs keeps
