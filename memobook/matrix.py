@@ -154,9 +154,14 @@ def _versions(python: Path) -> tuple[str, str, str]:
 
 
 def _pytest(
-    python: Path, args: list[str], outcomes: Path, *, cwd: Path = memobook.ROOT
+    python: Path,
+    args: list[str],
+    outcomes: Path,
+    *,
+    cwd: Path = memobook.ROOT,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(extra_env or {})}
     env.pop("PYTHONPATH", None)  # the package comes from the environment, as installed
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", memobook.PLUGIN,
                f"--memo-outcomes={outcomes}", *args]  # fmt: skip
@@ -201,11 +206,16 @@ def check(release: Release) -> MatrixRun:
     with tempfile.TemporaryDirectory() as folder:
         unit = _pytest(python, list(UNIT_ARGS), Path(folder) / "unit.json")
         outside = _outside_the_checkout(Path(folder) / "reader", paths)
+        # Each release builds the chapters' extensions afresh, as on a new machine: torch
+        # before 2.14 waits forever on the `lock` file that 2.14 and later leave in a
+        # build folder, so a shared cache folder would hang an older release's run.
+        builds = {"TORCH_EXTENSIONS_DIR": str(Path(folder) / "torch_extensions")}
         lax = _pytest(
             python,
             ["--nbval-lax", *memobook.NBVAL_OPTIONS, *memobook.NBVAL_WORKERS, *paths],
             Path(folder) / "lax.json",
             cwd=outside,
+            extra_env=builds,
         )
     chapters = {}
     for path in paths:
