@@ -35,7 +35,6 @@ import math
 import os
 import pkgutil
 import re
-import reprlib
 import select
 import subprocess
 import sys
@@ -55,6 +54,7 @@ import pytorch_memo
 from pytorch_memo._procs import kill_tree
 from pytorch_memo.mixed_precision import FLOAT_DTYPES
 from tests.fuzz_worker import (
+    _REPR,
     BODY_ERRORS,
     Spec,
     _modules,
@@ -1051,17 +1051,6 @@ def worker() -> Iterator[Worker]:
 
 
 # -- the check ----------------------------------------------------------------------------
-
-
-class _Repr(reprlib.Repr):
-    def repr_int(self, x: int, level: int) -> str:
-        if x.bit_length() > 1000:  # repr() refuses ints of more than 4300 digits
-            return f"<int of {x.bit_length()} bits>"
-        return super().repr_int(x, level)
-
-
-_REPR = _Repr()
-_REPR.maxlong = _REPR.maxstring = _REPR.maxother = 60
 
 
 def _short(value: object) -> str:

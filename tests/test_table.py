@@ -24,30 +24,9 @@ from pytorch_memo.indexing import explain_gather
 from pytorch_memo.modules import inventory
 from pytorch_memo.tensors import describe
 from tests.conftest import UPDATE_GOLDEN, golden_rewritten
+from tests.test_modules import Tied, WithHidden
 
 GOLDEN = Path(__file__).parent / "golden"
-
-
-class _Hidden(nn.Module):
-    """A parameter, a persistent and a non-persistent buffer, a None buffer, an attribute."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(2))
-        self.register_buffer("saved", torch.zeros(2))
-        self.register_buffer("constant", torch.tensor([2.0]), persistent=False)
-        self.register_buffer("nothing", None)
-        self.plain = torch.arange(3)
-
-
-class _Tied(nn.Module):
-    """An embedding whose weight is also the output head's."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(5, 3)
-        self.head = nn.Linear(3, 5, bias=False)
-        self.head.weight = self.embed.weight
 
 
 def _describe_views() -> Any:
@@ -79,9 +58,9 @@ CASES: dict[str, Callable[[], Any]] = {
     "describe-escaped": lambda: describe(**{"<b>&": torch.zeros(1)}),
     # inventory (modules.ModuleTable)
     "inventory-batchnorm": lambda: inventory(nn.BatchNorm1d(3)),
-    "inventory-hidden": lambda: inventory(_Hidden()),
-    "inventory-hidden-no-attributes": lambda: inventory(_Hidden(), attributes=False),
-    "inventory-tied": lambda: inventory(_Tied()),
+    "inventory-hidden": lambda: inventory(WithHidden()),
+    "inventory-hidden-no-attributes": lambda: inventory(WithHidden(), attributes=False),
+    "inventory-tied": lambda: inventory(Tied()),
     "inventory-empty": lambda: inventory(nn.ReLU()),
     "inventory-sequential": lambda: inventory(
         nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3).double(), nn.Linear(3, 1, bias=False))
