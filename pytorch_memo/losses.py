@@ -251,8 +251,8 @@ def check_frequencies(
         ``t = L / (3 n) + sqrt((L / (3 n))**2 + 2 L p (1 - p) / n)``
 
     So a correct sampler fails the check of a class with probability below
-    ``2 * Phi(-sigmas)``, for every ``p`` and ``n``. The price of that guarantee: for a
-    class expected many times ``t`` is about ``sqrt(2 L)`` standard deviations (6.4 for
+    ``2 * Phi(-sigmas)``, for every ``p`` and ``n``. The price of that guarantee: where
+    ``n p (1 - p)`` is large ``t`` is about ``sqrt(2 L)`` standard deviations (6.4 for
     ``sigmas=6``, not 6); for a rare class it is about ``2 L / (3 n)``, so a check
     needs many expected draws per class to be tight. The seed fixes the draw anyway.
 
