@@ -1,13 +1,17 @@
 """Tasks of pytorch-memo. `nox -l` lists them; plain `nox` runs every check.
 
+Plain `nox` runs the session `all`: the checks lint, tests, notebooks and site side by
+side (`memobook.checks`); `nox -s tests` runs one of them alone, in the terminal.
+
 Every session shares one environment, `.nox/memo`, built from `pins.txt` (the verified
-stack) plus the package and its dependency groups. It is rebuilt only when its digest
+stack) plus the package and its dependency groups, with uv when nox has it
+(`pip install "nox[uv]"`), else pip. It is rebuilt only when its digest
 (`memobook.env_digest`: `pins.txt`, `pyproject.toml`, the groups) changes, so torch is
 installed once, not once per session. Set MEMO_PYTHON=/path/to/python to use an existing
 environment instead (e.g. a GPU machine with its own torch and no package index).
 
-Facts about the book (chapters, nbval options, tags) come from `memobook`, the book's
-model, which imports only the standard library at import time.
+Facts about the book (chapters, nbval options, tags, each check's commands) come from
+`memobook`, the book's model, which imports only the standard library at import time.
 """
 
 from __future__ import annotations
@@ -25,14 +29,38 @@ sys.path.insert(0, str(ROOT))  # nox does not put the noxfile's folder on sys.pa
 import memobook
 
 nox.options.default_venv_backend = "none"  # the shared environment is made by _env()
-nox.options.sessions = ["lint", "tests", "notebooks", "site"]
+nox.options.sessions = ["all"]  # every check of memobook.checks.CHECKS, side by side
 
 ENV = ROOT / ".nox" / "memo"
 BUILD = ROOT / "_build"
 
 
-def _env(session: nox.Session) -> None:
-    """Make (or reuse) the shared environment and put it first on PATH."""
+def _uv() -> str | None:
+    """The uv program that came with nox (`nox[uv]`) or is on PATH, if any."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+def _install(session: nox.Session, py: str, *args: str) -> None:
+    """Install into the environment of `py`, constrained by pins.txt (uv, else pip)."""
+    pins = str(memobook.PINS)
+    uv = _uv()
+    if uv is not None:  # uv reads no pip configuration: pins.txt is its only constraint
+        session.run(uv, "pip", "install", "-q", "--python", py, "-c", pins, *args)
+        return
+    # pins.txt is also pip's constraints file: it replaces any machine-wide pip
+    # constraints (which may cap torch below the pin) for this environment.
+    env = {"PIP_CONSTRAINT": pins}
+    session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1", env=env)
+    session.run(py, "-m", "pip", "install", "-q", *args, env=env)
+
+
+def _env(session: nox.Session) -> str:
+    """Make (or reuse) the shared environment and put it first on PATH; return its python."""
     given = os.environ.get("MEMO_PYTHON")
     if given:
         bindir = Path(given).parent
@@ -46,16 +74,9 @@ def _env(session: nox.Session) -> None:
             if not stamp.exists() or stamp.read_text() != want:
                 if not (bindir / "python").exists():
                     session.run(sys.executable, "-m", "venv", str(ENV))
-                py = str(bindir / "python")
-                # pins.txt is also the constraints file: it replaces any machine-wide pip
-                # constraints (which may cap torch below the pin) for this environment.
-                pins = str(memobook.PINS)
-                env = {"PIP_CONSTRAINT": pins}
-                session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1", env=env)
                 groups = [f"--group={g}" for g in memobook.ENV_GROUPS]
-                session.run(
-                    py, "-m", "pip", "install", "-q", "-r", pins, "-e", ".", *groups, env=env
-                )
+                py = str(bindir / "python")
+                _install(session, py, "-r", str(memobook.PINS), "-e", ".", *groups)
                 stamp.write_text(want)
     # nox looks programs up on this process's PATH when a session has no virtualenv.
     os.environ["PATH"] = os.pathsep.join([str(bindir), os.environ.get("PATH", "")])
@@ -63,6 +84,7 @@ def _env(session: nox.Session) -> None:
     session.env["VIRTUAL_ENV"] = str(bindir.parent)
     session.env["JUPYTER_PLATFORM_DIRS"] = "1"
     session.env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    return str(bindir / "python")
 
 
 def _chapters_or_posargs(session: nox.Session) -> list[str]:
@@ -79,45 +101,45 @@ def env(session: nox.Session) -> None:
     _env(session)
 
 
+def _check(session: nox.Session, name: str) -> None:
+    """Run the check `name` of memobook.checks in the terminal, with the session's posargs."""
+    session.run("python", "-m", "memobook.checks", name, "--", *session.posargs)
+
+
+@nox.session
+def all(session: nox.Session) -> None:  # `nox -s all`: every check
+    """Every check side by side: lint, tests, notebooks, site (`nox` runs this)."""
+    _chromium(session, "the site checks")
+    _env(session)
+    session.run("python", "-m", "memobook.checks", *session.posargs)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """Ruff on everything (notebooks too); mypy strict on the package, memobook, tests, noxfile."""
     _env(session)
-    session.run("ruff", "check", *(session.posargs or ["."]))
-    session.run("ruff", "format", "--check", *(session.posargs or ["."]))
-    session.run("mypy")
+    _check(session, "lint")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests and doctests of the package and the model, and the chapters' static checks."""
     _env(session)
-    paths = session.posargs if any(Path(a).exists() for a in session.posargs) else []
-    workers = [] if paths else list(memobook.TEST_WORKERS)  # the whole run: in parallel
-    session.run(
-        "python", "-m", "pytest", "--doctest-modules", "--ignore=tests/site", "--ignore=tests/lab",
-        *workers, *(paths or ["pytorch_memo", "memobook", "tests", *session.posargs]),
-    )  # fmt: skip
+    _check(session, "tests")
 
 
 @nox.session
 def notebooks(session: nox.Session) -> None:
     """Strict nbval over every chapter (or the ones named); `gpu` cells need CUDA."""
     _env(session)
-    paths = _chapters_or_posargs(session)
-    many = sum(p.endswith(".ipynb") for p in paths) > 1
-    workers = memobook.NBVAL_WORKERS if many else ()
-    session.run("python", "-m", "pytest", "--nbval", *memobook.NBVAL_ARGS, *workers, *paths)
+    _check(session, "notebooks")
 
 
 @nox.session
 def book(session: nox.Session) -> None:
     """Build the static site from the stored outputs into _build/html (warnings are errors)."""
     _env(session)
-    session.run(
-        "jupyter-book", "build", ".", "--all", "--warningiserror", "--nitpick",
-        "--keep-going", *session.posargs,
-    )  # fmt: skip
+    _check(session, "book")
     session.log(f"open {BUILD / 'html' / 'index.html'}")
 
 
@@ -146,9 +168,8 @@ def pdf(session: nox.Session) -> None:
 def site(session: nox.Session) -> None:
     """Build the book and its PDF, and check the pages in headless Chromium (required)."""
     _chromium(session, "the site checks")
-    book(session)
-    session.run("python", "-m", "memobook.pdf")
-    session.run("python", "-m", "pytest", "tests/site", *session.posargs)
+    _env(session)
+    _check(session, "site")
 
 
 @nox.session
@@ -166,10 +187,9 @@ def chapter(session: nox.Session) -> None:
 
 
 def _lab(session: nox.Session) -> None:
-    _env(session)
+    py = _env(session)
     if shutil.which("jupyter-lab", path=session.env["PATH"]) is None:
-        env = {"PIP_CONSTRAINT": str(memobook.PINS)}
-        session.run("python", "-m", "pip", "install", "-q", "--group=lab", env=env)
+        _install(session, py, "--group=lab")
 
 
 @nox.session

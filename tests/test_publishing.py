@@ -12,6 +12,7 @@ import sys
 import yaml
 
 import memobook
+from memobook.checks import CHECKS
 
 ROOT = memobook.ROOT
 
@@ -61,8 +62,8 @@ def _job_runs(workflow: dict[object, object], job: str) -> list[str]:
     return [line.strip() for step in steps for line in step.get("run", "").splitlines()]
 
 
-def test_ci_runs_every_default_session_of_the_test_command() -> None:
-    """The jobs lint, tests, notebooks and site together are `nox`."""
+def test_ci_runs_every_check_of_the_test_command() -> None:
+    """`nox` runs the session `all`, every check side by side; CI runs each check as a job."""
     workflow = _workflow("ci.yml")
     assert "pull_request" in workflow[True]  # type: ignore[operator]  # YAML 1.1: `on` is True
     spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
@@ -70,10 +71,10 @@ def test_ci_runs_every_default_session_of_the_test_command() -> None:
     assert spec.loader is not None
     noxfile = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(noxfile)
-    defaults = noxfile.nox.options.sessions
-    for session in defaults:
-        runs = " ".join(_job_runs(workflow, session))
-        assert f"nox -s {session}" in runs, f"job {session} does not run nox -s {session}"
+    assert noxfile.nox.options.sessions == ["all"]
+    for check in CHECKS:
+        runs = " ".join(_job_runs(workflow, check))
+        assert f"nox -s {check}" in runs, f"job {check} does not run nox -s {check}"
 
 
 def test_ci_shards_the_notebooks_by_the_books_chapters() -> None:
@@ -119,7 +120,7 @@ def test_pages_publishes_only_after_every_check_on_main() -> None:
     )
     assert upload["with"]["path"] == "_build/html"
     deploy = workflow["jobs"]["deploy"]  # type: ignore[index]
-    assert set(deploy["needs"]) == {"lint", "tests", "notebooks", "site"}
+    assert set(deploy["needs"]) == set(CHECKS)
     assert "refs/heads/main" in deploy["if"]
     assert deploy["permissions"]["pages"] == "write"
     assert not (ROOT / ".github" / "workflows" / "pages.yml").exists(), "one way to publish"
