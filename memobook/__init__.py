@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -72,10 +73,11 @@ NBVAL_WORKERS = ("-n", "auto", "--dist", "loadfile")
 """xdist options when several notebooks run: each notebook stays in one worker (its cells
 share one kernel)."""
 
-TEST_WORKERS = ("-n", "auto", "--dist", "loadfile")
+TEST_WORKERS = ("-n", str(max(4, os.cpu_count() or 1)), "--dist", "loadfile")
 """xdist options of the whole unit-test run: a file's tests stay in one worker (module
-fixtures, and tests that share a build folder, run once and in order). On the 2 cores of
-CI this took the run from 219 s to 161 s."""
+fixtures, and tests that share a build folder, run once and in order). At least 4
+workers, even on 2 cores: many tests wait (for a process to time out, a rank to start),
+and a waiting worker leaves its core to another."""
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 """The kernel every chapter runs on."""

@@ -8,7 +8,10 @@ written once.
 
 Much of a check's time is spent waiting (on a browser, a kernel, a process that must
 time out), so ``python -m memobook.checks`` starts every check at once, each running
-its commands in order. A check's output goes to its log, ``_build/checks/NAME.log``;
+its commands in order. Side by side they run with ``OMP_WAIT_POLICY=PASSIVE`` (unless
+set): torch's OpenMP threads then sleep between parallel regions instead of spinning,
+which on a machine with more busy processes than cores burned about 200 CPU-seconds
+of a run. A check's output goes to its log, ``_build/checks/NAME.log``;
 the log of a check that fails is printed whole when it ends, and a table of outcomes
 and times ends the run. A check that runs past ``--timeout`` seconds is stopped, with
 everything it started, and fails; so does every check when the run is interrupted.
@@ -121,9 +124,17 @@ class Outcome:
 class _Check(threading.Thread):
     """Runs one check's commands in order, in process groups of their own."""
 
-    def __init__(self, check: str, commands: Sequence[Command], log: Path, timeout: float) -> None:
+    def __init__(
+        self,
+        check: str,
+        commands: Sequence[Command],
+        log: Path,
+        timeout: float,
+        env: Mapping[str, str],
+    ) -> None:
         super().__init__(name=check, daemon=True)
         self.check, self.commands, self.log, self.timeout = check, commands, log, timeout
+        self.env = dict(env)
         self.process: subprocess.Popen[bytes] | None = None
         self.stopped = threading.Event()
         self.outcome: Outcome | None = None
@@ -141,7 +152,7 @@ class _Check(threading.Thread):
                 out.flush()
                 try:
                     self.process = subprocess.Popen(
-                        resolve(command), cwd=memobook.ROOT, stdout=out,
+                        resolve(command), cwd=memobook.ROOT, env=self.env, stdout=out,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         start_new_session=True,  # a group of its own: stopped with its children
                     )  # fmt: skip
@@ -209,7 +220,10 @@ def run_side_by_side(
         if not listed or not all(listed):
             raise ValueError(f"plan[{name!r}]: expected non-empty commands, got {listed!r}")
     logs.mkdir(parents=True, exist_ok=True)
-    threads = [_Check(name, tuple(c), logs / f"{name}.log", timeout) for name, c in plan.items()]
+    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}  # see the module's docstring
+    threads = [
+        _Check(name, tuple(c), logs / f"{name}.log", timeout, env) for name, c in plan.items()
+    ]
     for thread in threads:
         thread.start()
         if report:

@@ -212,7 +212,7 @@ def run_workers(
     worker: Callable[..., Any],
     *args: Any,
     world_size: int = 2,
-    timeout: float = 30.0,
+    timeout: float = 60.0,
 ) -> list[Any]:
     """Run ``worker(*args)`` in ``world_size`` fresh processes joined by ``gloo``.
 
@@ -234,6 +234,8 @@ def run_workers(
         world_size: how many processes (ranks), at least 1 and at most
             :data:`MAX_PROCESSES`.
         timeout: seconds for the whole run, also each collective's timeout (finite).
+            The default leaves room for a loaded machine, where starting each rank
+            (importing torch) can take many seconds.
 
     Returns:
         What each rank returned, indexed by rank.

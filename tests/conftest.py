@@ -40,3 +40,14 @@ def pytest_terminal_summary(
         terminalreporter.section(f"{UPDATE_GOLDEN}: {len(rewritten)} golden file(s) rewritten")
         for path in rewritten:
             terminalreporter.line(path)
+
+
+# -- long files first ----------------------------------------------------------------------
+# `nox` runs the tests in parallel, a file per worker at a time, beside the other checks.
+# A long file (processes to start, timeouts to wait for) collected last would run alone
+# at the end; a file marked `pytestmark = pytest.mark.early` is handed out first instead.
+EARLY = "early"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker(EARLY) is None)  # stable: else as found

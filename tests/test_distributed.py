@@ -28,6 +28,12 @@ from pytorch_memo.distributed import (
 from tests.processes import no_orphans
 from tests.workers import dataloader_sum, hang, start_a_child_then_hang
 
+pytestmark = pytest.mark.early  # a long file: handed out first (tests/conftest.py)
+
+LOADED = 180.0
+"""Timeout of the runs that should succeed: `nox` runs the checks side by side on 2 cores,
+where starting each rank (importing torch) can take tens of seconds."""
+
 
 def test_free_port_can_be_bound_on_localhost() -> None:
     port = free_port()
@@ -36,7 +42,7 @@ def test_free_port_can_be_bound_on_localhost() -> None:
 
 
 def test_rank_info_sees_torchrun_variables() -> None:
-    info = run_workers(rank_info, world_size=2)
+    info = run_workers(rank_info, world_size=2, timeout=LOADED)
     assert [i["rank"] for i in info] == [0, 1]
     for rank, i in enumerate(info):
         assert i["world_size"] == 2
@@ -50,7 +56,7 @@ def test_rank_info_sees_torchrun_variables() -> None:
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_all_reduce_sums_over_ranks(world_size: int) -> None:
-    out = run_workers(all_reduce_sum, world_size=world_size)
+    out = run_workers(all_reduce_sum, world_size=world_size, timeout=LOADED)
     befores = torch.stack([before for before, _ in out])
     for rank, (before, after) in enumerate(out):
         assert torch.equal(before, torch.tensor([rank + 1.0, 10.0 * (rank + 1)]))
@@ -61,7 +67,7 @@ def test_all_reduce_sums_over_ranks(world_size: int) -> None:
 def test_ddp_gradients_equal_across_ranks_and_the_full_batch(
     world_size: int, batch_size: int
 ) -> None:
-    ranks = run_workers(ddp_step, 7, batch_size, world_size=world_size)
+    ranks = run_workers(ddp_step, 7, batch_size, world_size=world_size, timeout=LOADED)
     ref = reference_step(7, batch_size)
     assert [r["rank"] for r in ranks] == list(range(world_size))
     for name, grad in ref["grads"].items():
@@ -107,7 +113,7 @@ def test_reference_step_rejects_a_bad_batch_size() -> None:
 
 
 def test_torchrun_sets_the_variables() -> None:
-    ranks = run_torchrun(nproc=2)
+    ranks = run_torchrun(nproc=2, timeout=LOADED)
     assert [r["rank"] for r in ranks] == [0, 1]
     for rank, r in enumerate(ranks):
         env = r["env"]

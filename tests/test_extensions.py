@@ -32,6 +32,8 @@ from pytorch_memo.extensions import (
 )
 from tests.processes import no_orphans
 
+pytestmark = pytest.mark.early  # a long file: handed out first (tests/conftest.py)
+
 BARE = """
 #include <Python.h>
 #define NAME_(n) #n

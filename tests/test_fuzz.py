@@ -65,6 +65,8 @@ from tests.fuzz_worker import (
     send,
 )
 
+pytestmark = pytest.mark.early  # a long file: handed out first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 CALL_SECONDS = 10.0
 """A call that has not answered by then is a hang (generous: the machine is shared)."""

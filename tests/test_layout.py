@@ -29,6 +29,8 @@ from tests.strategies import (
     tensors_and_views,
 )
 
+pytestmark = pytest.mark.early  # a long file: handed out first (tests/conftest.py)
+
 STORAGE = 40
 
 

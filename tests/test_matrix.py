@@ -17,6 +17,8 @@ import memobook
 from memobook import matrix
 from memobook.matrix import Release, _outcome, _requirements, releases
 
+pytestmark = pytest.mark.early  # a long file: handed out first (tests/conftest.py)
+
 
 def _declared(name: str) -> Requirement:
     deps = tomllib.loads(memobook.PYPROJECT.read_text())["project"]["dependencies"]

@@ -198,3 +198,17 @@ def test_one_check_runs_in_the_terminal_and_returns_its_status(
     out = capfd.readouterr().out
     assert "$ ruff check memobook/checks.py" in out
     assert "$ mypy" in out
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_checks_side_by_side_let_openmp_threads_sleep_unless_told_otherwise(
+    given: str | None, seen: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if given is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", given)
+    show = _py("import os; print('policy', os.environ['OMP_WAIT_POLICY'])")
+    (outcome,) = run_side_by_side({"env": [show]}, logs=tmp_path, report=False)
+    assert outcome.passed
+    assert f"policy {seen}" in (tmp_path / "env.log").read_text()

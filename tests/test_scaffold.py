@@ -20,6 +20,8 @@ import pytest
 import memobook
 from memobook import scaffold
 
+pytestmark = pytest.mark.early  # a long file: handed out first (tests/conftest.py)
+
 BIN = Path(sys.executable).parent
 TOPIC = "throwaway_topic"
 

@@ -11,7 +11,6 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize
 
 import memobook
-from tests.site.conftest import chapter_pages
 
 PHONE: ViewportSize = {"width": 390, "height": 844}
 PAGES = [f"{entry.docname}.html" for entry in memobook.toc_entries()]
@@ -118,19 +117,11 @@ def test_math_renders_with_the_network_blocked(browser: Browser, site_url: str, 
     context.close()
 
 
-@pytest.mark.parametrize(
-    "notebook",
-    [
-        p
-        for p in chapter_pages()
-        if any(memobook.GPU_TAG in memobook.tags(c) for c in memobook.code_cells(memobook.load(p)))
-    ],
-    ids=lambda p: p.stem,
-)
-def test_gpu_cells_carry_their_marker(page: Page, site_url: str, notebook: Path) -> None:
+def test_gpu_cells_carry_their_marker(chapter_page: tuple[Path, Page]) -> None:
+    """Every chapter: one marker right before each `gpu` cell, none elsewhere."""
+    notebook, page = chapter_page
     cells = memobook.code_cells(memobook.load(notebook))
     gpu = sum(memobook.GPU_TAG in memobook.tags(c) for c in cells)
-    page.goto(f"{site_url}/book/{notebook.stem}.html")
     markers = page.locator("article div.memo-gpu-note")
     assert markers.count() == gpu
     assert page.locator("article div.cell.tag_gpu").count() == gpu
