@@ -50,7 +50,10 @@ def _install(session: nox.Session, py: str, *args: str) -> None:
     pins = str(memobook.PINS)
     uv = _uv()
     if uv is not None:  # uv reads no pip configuration: pins.txt is its only constraint
-        session.run(uv, "pip", "install", "-q", "--python", py, "-c", pins, *args)
+        # Compiled once here, as pip does: else the first processes of the checks, side by
+        # side, each compile torch's modules to bytecode at import (~250 CPU-s on 2 cores).
+        compile_ = "--compile-bytecode"
+        session.run(uv, "pip", "install", "-q", compile_, "--python", py, "-c", pins, *args)
         return
     # pins.txt is also pip's constraints file: it replaces any machine-wide pip
     # constraints (which may cap torch below the pin) for this environment.
