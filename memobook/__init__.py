@@ -73,11 +73,15 @@ NBVAL_WORKERS = ("-n", "auto", "--dist", "loadfile")
 """xdist options when several notebooks run: each notebook stays in one worker (its cells
 share one kernel)."""
 
-TEST_WORKERS = ("-n", str(max(4, os.cpu_count() or 1)), "--dist", "loadfile")
+TEST_WORKERS = (
+    "-n", str(max(4, os.cpu_count() or 1)), "--dist", "loadfile", "--no-loadscope-reorder",
+)  # fmt: skip
 """xdist options of the whole unit-test run: a file's tests stay in one worker (module
 fixtures, and tests that share a build folder, run once and in order). At least 4
 workers, even on 2 cores: many tests wait (for a process to time out, a rank to start),
-and a waiting worker leaves its core to another."""
+and a waiting worker leaves its core to another. Files are handed out in the order
+collected (xdist would start with the files of most tests), so the long files marked
+``early`` (``tests/conftest.py``) start first rather than finish last."""
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 """The kernel every chapter runs on."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -39,6 +40,11 @@ import memobook
 
 CHECKS = ("lint", "tests", "notebooks", "site")
 """Every check of ``nox``, in the order their results are listed."""
+LONGEST = "tests"
+"""The check with the most CPU work (about 200 CPU-seconds on 2 cores), which would
+finish last: it runs at normal priority, the others at :data:`BACKGROUND_NICENESS`, so
+they fill the time it spends waiting instead of slowing it down."""
+BACKGROUND_NICENESS = 10
 LOGS = memobook.ROOT / "_build" / "checks"
 TIMEOUT = 1800.0
 """Seconds a check may run by default before it is stopped (a run on 2 cores takes a
@@ -115,6 +121,8 @@ class Outcome:
     log: Path
     failed_command: Command | None = None
     timed_out: bool = False
+    cpu_seconds: float = 0.0
+    """CPU time of the check's commands and every process they waited for."""
 
     @property
     def passed(self) -> bool:
@@ -131,10 +139,11 @@ class _Check(threading.Thread):
         log: Path,
         timeout: float,
         env: Mapping[str, str],
+        niceness: int = 0,
     ) -> None:
         super().__init__(name=check, daemon=True)
         self.check, self.commands, self.log, self.timeout = check, commands, log, timeout
-        self.env = dict(env)
+        self.env, self.niceness = dict(env), niceness
         self.process: subprocess.Popen[bytes] | None = None
         self.stopped = threading.Event()
         self.outcome: Outcome | None = None
@@ -142,7 +151,7 @@ class _Check(threading.Thread):
     def run(self) -> None:
         start = time.monotonic()
         deadline = start + self.timeout
-        code, failed, timed_out = 0, None, False
+        code, failed, timed_out, cpu = 0, None, False, 0.0
         with self.log.open("wb") as out:
             for command in self.commands:
                 if self.stopped.is_set():
@@ -160,24 +169,46 @@ class _Check(threading.Thread):
                     out.write(f"{command[0]}: cannot run it: {error}\n".encode())
                     code, failed = 127, command
                     break
-                try:
-                    code = self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
+                if self.niceness:  # before it starts processes of its own (they inherit it)
+                    lower = min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.niceness)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.setpriority(os.PRIO_PROCESS, self.process.pid, lower)
+                if self.stopped.is_set():  # stop() came between the check above and now
+                    self.stop()
+                ended, used = self._wait(deadline)
+                if ended is None:  # past the deadline: stopped with what it started
                     timed_out = True
                     self.stop()
-                    code = self.process.wait()
+                    ended, used = self._wait(math.inf)
+                assert ended is not None  # waited without a deadline
+                code, cpu = ended, cpu + used
                 if code != 0:
                     failed = command
                     break
         self.outcome = Outcome(
-            self.check, code, time.monotonic() - start, self.log, failed, timed_out
+            self.check, code, time.monotonic() - start, self.log, failed, timed_out, cpu
         )
+
+    def _wait(self, deadline: float) -> tuple[int | None, float]:
+        """Wait for the running command until ``deadline`` (monotonic): its exit code
+        (None past the deadline) and the CPU seconds it and the processes it waited for
+        used (``wait4``'s accounting)."""
+        process = self.process
+        assert process is not None
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid == process.pid:
+                process.returncode = os.waitstatus_to_exitcode(status)
+                return process.returncode, usage.ru_utime + usage.ru_stime
+            if time.monotonic() >= deadline:
+                return None, 0.0
+            time.sleep(0.1)
 
     def stop(self) -> None:
         """Kill the running command and everything it started; run no further command."""
         self.stopped.set()
         process = self.process
-        if process is not None and process.poll() is None:
+        if process is not None and process.returncode is None:  # not reaped yet
             with contextlib.suppress(ProcessLookupError):  # it has just ended
                 os.killpg(process.pid, signal.SIGKILL)
 
@@ -193,8 +224,13 @@ def run_checks(
     unknown = [c for c in checks if c not in (*CHECKS, "book")]
     if unknown:
         raise KeyError(f"checks: no check named {unknown[0]!r}; the checks are {', '.join(CHECKS)}")
+    niceness = {c: 0 if c == LONGEST else BACKGROUND_NICENESS for c in checks}
     return run_side_by_side(
-        {c: commands(c) for c in checks}, timeout=timeout, logs=logs, report=report
+        {c: commands(c) for c in checks},
+        timeout=timeout,
+        logs=logs,
+        report=report,
+        niceness=niceness,
     )
 
 
@@ -204,11 +240,14 @@ def run_side_by_side(
     timeout: float = TIMEOUT,
     logs: Path = LOGS,
     report: bool = True,
+    niceness: Mapping[str, int] | None = None,
 ) -> list[Outcome]:
     """Run each entry's commands in order, the entries side by side, from the book's root.
 
     Each entry's output goes to ``logs/NAME.log``. An entry stops at its first failing
-    command; the others go on. Returns the outcomes in ``plan``'s order.
+    command; the others go on. ``niceness`` (by entry, default 0) lowers an entry's
+    processes' priority by that much, as ``nice -n`` does (up to 19 in all). Returns the
+    outcomes in ``plan``'s order.
     """
     if not timeout > 0:  # also refuses NaN
         raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
@@ -219,17 +258,24 @@ def run_side_by_side(
             raise ValueError(f"plan: a check's name must be a plain file name, got {name!r}")
         if not listed or not all(listed):
             raise ValueError(f"plan[{name!r}]: expected non-empty commands, got {listed!r}")
+    nice = dict(niceness or {})
+    for name, value in nice.items():
+        if name not in plan or isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"niceness[{name!r}]: expected an int for a check of the plan")
+        if not 0 <= value <= 19:
+            raise ValueError(f"niceness[{name!r}]: expected 0 to 19 (nice's range), got {value}")
     logs.mkdir(parents=True, exist_ok=True)
     env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}  # see the module's docstring
     threads = [
-        _Check(name, tuple(c), logs / f"{name}.log", timeout, env) for name, c in plan.items()
+        _Check(name, tuple(c), logs / f"{name}.log", timeout, env, nice.get(name, 0))
+        for name, c in plan.items()
     ]
-    for thread in threads:
-        thread.start()
-        if report:
-            shown = " && ".join(map(" ".join, thread.commands))
-            print(f"started {thread.check}: {shown}", flush=True)
     try:
+        for thread in threads:
+            thread.start()
+            if report:
+                shown = " && ".join(map(" ".join, thread.commands))
+                print(f"started {thread.check}: {shown}", flush=True)
         pending = list(threads)
         while pending:
             for thread in pending:
@@ -239,10 +285,11 @@ def run_side_by_side(
                     if report and thread.outcome is not None:
                         _report(thread.outcome)
                     break
-    except BaseException:  # interrupted: stop every check and what it started
-        for thread in threads:
+    except BaseException:  # interrupted (even while starting): stop every check it started
+        started = [t for t in threads if t.ident is not None]
+        for thread in started:
             thread.stop()
-        for thread in threads:
+        for thread in started:
             thread.join()
         raise
     outcomes = [t.outcome for t in threads if t.outcome is not None]
@@ -251,7 +298,10 @@ def run_side_by_side(
         print("\nchecks:")
         for o in outcomes:
             state = "passed" if o.passed else "FAILED"
-            print(f"  {o.check:<{width}}  {state}  {o.seconds:4.0f} s", flush=True)
+            print(
+                f"  {o.check:<{width}}  {state}  {o.seconds:4.0f} s  ({o.cpu_seconds:.0f} CPU-s)",
+                flush=True,
+            )
     return outcomes
 
 
