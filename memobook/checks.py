@@ -40,11 +40,12 @@ import memobook
 
 CHECKS = ("lint", "tests", "notebooks", "site")
 """Every check of ``nox``, in the order their results are listed."""
-LONGEST = "tests"
-"""The check with the most CPU work (about 200 CPU-seconds on 2 cores), which would
-finish last: it runs at normal priority, the others at :data:`BACKGROUND_NICENESS`, so
-they fill the time it spends waiting instead of slowing it down."""
-BACKGROUND_NICENESS = 10
+NICENESS = {"lint": 10, "notebooks": 10}
+"""How much lower each check's priority is (``nice``), side by side. The unit tests do the
+most CPU work (about 200 CPU-seconds on 2 cores) and the site is a chain of steps that
+wait on each other and on a browser: both run at normal priority, so that neither ends
+last. Lint and the notebooks (whose kernels run at normal priority anyway: Jupyter
+starts each in a session of its own) fill the time in between."""
 LOGS = memobook.ROOT / "_build" / "checks"
 TIMEOUT = 1800.0
 """Seconds a check may run by default before it is stopped (a run on 2 cores takes a
@@ -163,7 +164,10 @@ class _Check(threading.Thread):
                     self.process = subprocess.Popen(
                         resolve(command), cwd=memobook.ROOT, env=self.env, stdout=out,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        start_new_session=True,  # a group of its own: stopped with its children
+                        # A process group of its own (killed with its children), in this
+                        # session: a session of its own would be an autogroup of its own,
+                        # which Linux shares the CPU with as an equal, whatever its nice.
+                        process_group=0,
                     )  # fmt: skip
                 except OSError as error:  # not found, not executable
                     out.write(f"{command[0]}: cannot run it: {error}\n".encode())
@@ -224,7 +228,7 @@ def run_checks(
     unknown = [c for c in checks if c not in (*CHECKS, "book")]
     if unknown:
         raise KeyError(f"checks: no check named {unknown[0]!r}; the checks are {', '.join(CHECKS)}")
-    niceness = {c: 0 if c == LONGEST else BACKGROUND_NICENESS for c in checks}
+    niceness = {c: NICENESS.get(c, 0) for c in checks}
     return run_side_by_side(
         {c: commands(c) for c in checks},
         timeout=timeout,

@@ -85,6 +85,9 @@ def test_outcomes_are_recorded_by_node_id(tmp_path: Path) -> None:
     assert not outcome.ok
 
 
+OTHER_CHECKS_CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", "_build"}
+
+
 def test_the_package_is_installed_from_the_checkout_leaving_nothing_behind(
     tmp_path: Path,
 ) -> None:
@@ -105,4 +108,6 @@ def test_the_package_is_installed_from_the_checkout_leaving_nothing_behind(
     )  # fmt: skip
     copied = (installed / "pytorch_memo" / "_checks.py").read_text()
     assert copied == (memobook.ROOT / "pytorch_memo" / "_checks.py").read_text()
-    assert sorted(p.name for p in memobook.ROOT.iterdir()) == before
+    new = {p.name for p in memobook.ROOT.iterdir()} - set(before)
+    # `nox` runs the other checks beside this one: their tools may create their caches now.
+    assert new <= OTHER_CHECKS_CACHES, f"the install left {sorted(new - OTHER_CHECKS_CACHES)}"
