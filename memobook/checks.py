@@ -40,12 +40,6 @@ import memobook
 
 CHECKS = ("lint", "tests", "notebooks", "site")
 """Every check of ``nox``, in the order their results are listed."""
-NICENESS = {"lint": 10, "notebooks": 10}
-"""How much lower each check's priority is (``nice``), side by side. The unit tests do the
-most CPU work (about 200 CPU-seconds on 2 cores) and the site is a chain of steps that
-wait on each other and on a browser: both run at normal priority, so that neither ends
-last. Lint and the notebooks (whose kernels run at normal priority anyway: Jupyter
-starts each in a session of its own) fill the time in between."""
 LOGS = memobook.ROOT / "_build" / "checks"
 TIMEOUT = 1800.0
 """Seconds a check may run by default before it is stopped (a run on 2 cores takes a
@@ -140,11 +134,10 @@ class _Check(threading.Thread):
         log: Path,
         timeout: float,
         env: Mapping[str, str],
-        niceness: int = 0,
     ) -> None:
         super().__init__(name=check, daemon=True)
         self.check, self.commands, self.log, self.timeout = check, commands, log, timeout
-        self.env, self.niceness = dict(env), niceness
+        self.env = dict(env)
         self.process: subprocess.Popen[bytes] | None = None
         self.stopped = threading.Event()
         self.outcome: Outcome | None = None
@@ -164,19 +157,16 @@ class _Check(threading.Thread):
                     self.process = subprocess.Popen(
                         resolve(command), cwd=memobook.ROOT, env=self.env, stdout=out,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        # A process group of its own (killed with its children), in this
-                        # session: a session of its own would be an autogroup of its own,
-                        # which Linux shares the CPU with as an equal, whatever its nice.
-                        process_group=0,
+                        # A session (and process group) of its own: stopped with everything
+                        # it starts. On Linux a session is also an "autogroup": the kernel
+                        # shares the CPU equally between the checks (and Jupyter's kernels,
+                        # which get sessions of their own), whatever their nice values.
+                        start_new_session=True,
                     )  # fmt: skip
                 except OSError as error:  # not found, not executable
                     out.write(f"{command[0]}: cannot run it: {error}\n".encode())
                     code, failed = 127, command
                     break
-                if self.niceness:  # before it starts processes of its own (they inherit it)
-                    lower = min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.niceness)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.setpriority(os.PRIO_PROCESS, self.process.pid, lower)
                 if self.stopped.is_set():  # stop() came between the check above and now
                     self.stop()
                 ended, used = self._wait(deadline)
@@ -228,13 +218,8 @@ def run_checks(
     unknown = [c for c in checks if c not in (*CHECKS, "book")]
     if unknown:
         raise KeyError(f"checks: no check named {unknown[0]!r}; the checks are {', '.join(CHECKS)}")
-    niceness = {c: NICENESS.get(c, 0) for c in checks}
     return run_side_by_side(
-        {c: commands(c) for c in checks},
-        timeout=timeout,
-        logs=logs,
-        report=report,
-        niceness=niceness,
+        {c: commands(c) for c in checks}, timeout=timeout, logs=logs, report=report
     )
 
 
@@ -244,14 +229,11 @@ def run_side_by_side(
     timeout: float = TIMEOUT,
     logs: Path = LOGS,
     report: bool = True,
-    niceness: Mapping[str, int] | None = None,
 ) -> list[Outcome]:
     """Run each entry's commands in order, the entries side by side, from the book's root.
 
     Each entry's output goes to ``logs/NAME.log``. An entry stops at its first failing
-    command; the others go on. ``niceness`` (by entry, default 0) lowers an entry's
-    processes' priority by that much, as ``nice -n`` does (up to 19 in all). Returns the
-    outcomes in ``plan``'s order.
+    command; the others go on. Returns the outcomes in ``plan``'s order.
     """
     if not timeout > 0:  # also refuses NaN
         raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
@@ -262,17 +244,10 @@ def run_side_by_side(
             raise ValueError(f"plan: a check's name must be a plain file name, got {name!r}")
         if not listed or not all(listed):
             raise ValueError(f"plan[{name!r}]: expected non-empty commands, got {listed!r}")
-    nice = dict(niceness or {})
-    for name, value in nice.items():
-        if name not in plan or isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"niceness[{name!r}]: expected an int for a check of the plan")
-        if not 0 <= value <= 19:
-            raise ValueError(f"niceness[{name!r}]: expected 0 to 19 (nice's range), got {value}")
     logs.mkdir(parents=True, exist_ok=True)
     env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}  # see the module's docstring
     threads = [
-        _Check(name, tuple(c), logs / f"{name}.log", timeout, env, nice.get(name, 0))
-        for name, c in plan.items()
+        _Check(name, tuple(c), logs / f"{name}.log", timeout, env) for name, c in plan.items()
     ]
     try:
         for thread in threads:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -225,27 +224,3 @@ def test_each_check_reports_the_cpu_time_of_its_commands_and_their_children(
     assert busy.passed
     assert busy.cpu_seconds >= 1.0  # both grandchildren's half seconds are counted
     assert idle.cpu_seconds < idle.seconds - 0.5  # sleeping is not CPU time
-
-
-def test_a_check_may_run_at_a_lower_priority(tmp_path: Path) -> None:
-    show = _py("import os; print('niceness', os.nice(0))")
-    plan = {"low": [show], "normal": [show]}
-    run_side_by_side(plan, logs=tmp_path, report=False, niceness={"low": 7})
-    base = os.nice(0)
-    assert f"niceness {min(19, base + 7)}" in (tmp_path / "low.log").read_text()
-    assert f"niceness {base}" in (tmp_path / "normal.log").read_text()
-
-
-@pytest.mark.parametrize(
-    ("niceness", "named"),
-    [
-        ({"other": 5}, r"niceness\['other'\]: expected an int for a check of the plan"),
-        ({"a": True}, r"niceness\['a'\]: expected an int"),
-        ({"a": 20}, r"niceness\['a'\]: expected 0 to 19 \(nice's range\), got 20"),
-        ({"a": -1}, r"niceness\['a'\]: expected 0 to 19 \(nice's range\), got -1"),
-    ],
-)
-def test_a_bad_niceness_is_refused(niceness: dict[str, int], named: str, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=named):
-        run_side_by_side({"a": [_py("pass")]}, logs=tmp_path / "logs", niceness=niceness)
-    assert not (tmp_path / "logs").exists()
