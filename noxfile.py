@@ -27,6 +27,7 @@ import nox
 ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT))  # nox does not put the noxfile's folder on sys.path
 import memobook
+import memobook.pdf  # its import needs nothing beyond the standard library
 
 nox.options.default_venv_backend = "none"  # the shared environment is made by _env()
 nox.options.sessions = ["all"]  # every check of memobook.checks.CHECKS, side by side
@@ -91,14 +92,6 @@ def _env(session: nox.Session) -> str:
     return str(bindir / "python")
 
 
-def _chapters_or_posargs(session: nox.Session) -> list[str]:
-    """The posargs when one of them names a file; else every chapter, then the posargs."""
-    if any(Path(a).exists() for a in session.posargs):
-        return session.posargs
-    listed = str(session.run("python", "-m", "memobook", "chapters", silent=True))
-    return [*listed.split(), *session.posargs]
-
-
 @nox.session
 def env(session: nox.Session) -> None:
     """Build (or check) the book's environment, .nox/memo, and nothing else."""
@@ -148,8 +141,7 @@ def book(session: nox.Session) -> None:
 
 
 def _chromium(session: nox.Session, needed_for: str) -> str:
-    names = ("chromium", "chromium-browser", "google-chrome")
-    found = os.environ.get("MEMO_CHROMIUM") or next(filter(None, map(shutil.which, names)), None)
+    found = memobook.pdf.chromium()
     if found is None:
         session.error(
             f"{needed_for} needs Chromium (Debian: apt-get install -y chromium; or set "
@@ -221,10 +213,7 @@ def gpu(session: nox.Session) -> None:
         "import torch, sys; sys.exit(0 if torch.cuda.is_available() else "
         "'nox -s gpu needs CUDA: torch.cuda.is_available() is False')",
     )  # fmt: skip
-    paths = _chapters_or_posargs(session)
-    session.run(
-        "python", "-m", "pytest", "--nbval-lax", "--memo-record-gpu", *memobook.NBVAL_ARGS, *paths
-    )
+    _check(session, "gpu")
 
 
 @nox.session(default=False)

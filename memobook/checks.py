@@ -40,6 +40,9 @@ import memobook
 
 CHECKS = ("lint", "tests", "notebooks", "site")
 """Every check of ``nox``, in the order their results are listed."""
+ALONE = ("book", "gpu")
+"""Commands of other nox sessions, run one at a time: the site alone, and lax nbval with
+the ``gpu`` cells on a machine with CUDA (``nox -s gpu`` checks for CUDA first)."""
 LOGS = memobook.ROOT / "_build" / "checks"
 TIMEOUT = 1800.0
 """Seconds a check may run by default before it is stopped (a run on 2 cores takes a
@@ -50,6 +53,11 @@ Command = tuple[str, ...]
 
 def _given_paths(posargs: Sequence[str]) -> list[str]:
     return [a for a in posargs if Path(a).exists()]
+
+
+def _notebook_paths(args: tuple[str, ...]) -> list[str]:
+    """The arguments when one names a file; else every chapter, then the arguments."""
+    return list(args) if _given_paths(args) else [*memobook.chapter_paths(), *args]
 
 
 def commands(check: str, posargs: Sequence[str] = ()) -> list[Command]:
@@ -73,7 +81,7 @@ def commands(check: str, posargs: Sequence[str] = ()) -> list[Command]:
              "tests", *args),
         ]  # fmt: skip
     if check == "notebooks":
-        paths = list(args) if _given_paths(args) else [*memobook.chapter_paths(), *args]
+        paths = _notebook_paths(args)
         many = sum(p.endswith(".ipynb") for p in paths) > 1
         workers = memobook.NBVAL_WORKERS if many else ()
         return [("python", "-m", "pytest", "--nbval", *memobook.NBVAL_ARGS, *workers, *paths)]
@@ -88,7 +96,10 @@ def commands(check: str, posargs: Sequence[str] = ()) -> list[Command]:
             ("python", "-m", "memobook.pdf"),
             ("python", "-m", "pytest", "tests/site", *args),
         ]
-    raise KeyError(f"check: no check named {check!r}; the checks are {', '.join(CHECKS)}")
+    if check == "gpu":  # one kernel at a time: one GPU
+        lax = ("python", "-m", "pytest", "--nbval-lax", "--memo-record-gpu", *memobook.NBVAL_ARGS)
+        return [(*lax, *_notebook_paths(args))]
+    raise KeyError(f"no check named {check!r}; the checks are {', '.join((*CHECKS, *ALONE))}")
 
 
 def resolve(command: Command) -> list[str]:
@@ -214,10 +225,11 @@ def run_checks(
     logs: Path = LOGS,
     report: bool = True,
 ) -> list[Outcome]:
-    """Run ``checks`` side by side; return their outcomes in the order named."""
-    unknown = [c for c in checks if c not in (*CHECKS, "book")]
-    if unknown:
-        raise KeyError(f"checks: no check named {unknown[0]!r}; the checks are {', '.join(CHECKS)}")
+    """Run ``checks`` side by side; return their outcomes in the order named.
+
+    Raises:
+        KeyError: a name is no check's, before anything runs.
+    """
     return run_side_by_side(
         {c: commands(c) for c in checks}, timeout=timeout, logs=logs, report=report
     )
@@ -328,17 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     names = list(dict.fromkeys(args.checks or CHECKS))
-    unknown = [n for n in names if n not in (*CHECKS, "book")]
-    if unknown:
-        parser.error(f"no check named {unknown[0]!r}; the checks are {', '.join(CHECKS)}, book")
-    if len(names) == 1:  # one check: in this terminal, with the arguments after --
-        return run_here(names[0], posargs)
-    if posargs:
+    if len(names) > 1 and posargs:
         parser.error("arguments after -- need exactly one check")
-    signal.signal(signal.SIGTERM, _terminate)
     try:
+        if len(names) == 1:  # one check: in this terminal, with the arguments after --
+            return run_here(names[0], posargs)
+        signal.signal(signal.SIGTERM, _terminate)
         outcomes = run_checks(names, timeout=args.timeout)
-    except ValueError as error:
+    except (KeyError, ValueError) as error:
         parser.error(str(error.args[0]))
     return 0 if all(o.passed for o in outcomes) else 1
 
