@@ -18,7 +18,8 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 import memobook
-from tests.site.conftest import CHROMIUM_ARGS
+from memobook.pdf import CHROMIUM_ARGS
+from memobook.pdf import chromium as chromium_path
 
 CHAPTERS = ["views", "losses"]
 
@@ -59,7 +60,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
 
 @pytest.fixture(scope="module")
 def page() -> Iterator[Page]:
-    chromium = os.environ.get("MEMO_CHROMIUM") or shutil.which("chromium")
+    chromium = chromium_path()  # the browser that prints the PDF
     if chromium is None:
         pytest.fail("no chromium: install Debian's chromium or set MEMO_CHROMIUM")
     with sync_playwright() as playwright:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,16 +18,9 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 import memobook
+from memobook import pdf
 
 HTML = memobook.ROOT / "_build" / "html"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -53,11 +44,11 @@ def site_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
-    chromium = os.environ.get("MEMO_CHROMIUM") or shutil.which("chromium")
+    chromium = pdf.chromium()  # the browser that prints the PDF
     if chromium is None:
         pytest.fail("no chromium: install Debian's chromium or set MEMO_CHROMIUM")
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        launched = playwright.chromium.launch(executable_path=chromium, args=pdf.CHROMIUM_ARGS)
         yield launched
         launched.close()
 
