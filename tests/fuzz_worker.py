@@ -383,11 +383,16 @@ def _call_folder(root: Path) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-BODY_ERRORS = {
-    "value_error": ("builtins.ValueError", "bad value: x"),
-    "key_error": ("builtins.KeyError", "missing"),
+BODY_ERRORS: dict[str, Exception] = {
+    "value_error": ValueError("bad value: x"),
+    "key_error": KeyError("missing"),
 }
-"""The errors a fuzzed block raises itself: its type and message, by the body's name."""
+"""The errors a fuzzed block raises itself, by the body's name (a fresh one each time)."""
+
+
+def error_type(error: BaseException) -> str:
+    """How a reply names an error's type: ``builtins.ValueError``."""
+    return f"{type(error).__module__}.{type(error).__qualname__}"
 
 
 def _body(name: str) -> None:
@@ -401,8 +406,8 @@ def _body(name: str) -> None:
         x = torch.ones(3, device="meta", requires_grad=True)
         (x * x).sum()
     if name in BODY_ERRORS:
-        kind, message = BODY_ERRORS[name]
-        raise {"builtins.ValueError": ValueError, "builtins.KeyError": KeyError}[kind](message)
+        error = BODY_ERRORS[name]
+        raise type(error)(*error.args)
     if name == "caller_error":
         raise CallerError("from the block")
     if name == "torch_log":  # what record_torch_logs keeps
@@ -493,7 +498,7 @@ def _run(helper: str, args: list[Any], kwargs: dict[str, Any], body: str | None,
         except BaseException as error:  # noqa: BLE001 - reported to the test
             return {
                 "outcome": "error",
-                "type": f"{type(error).__module__}.{type(error).__qualname__}",
+                "type": error_type(error),
                 "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(error).__mro__],
                 "message": str(error),
                 "traceback": traceback.format_exc(limit=-6),

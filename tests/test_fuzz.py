@@ -61,6 +61,7 @@ from tests.fuzz_worker import (
     _objects,
     _paths,
     _tensors,
+    error_type,
     receive,
     send,
 )
@@ -1088,9 +1089,8 @@ def check(helper: str, entry: Entry, call: Call, reply: dict[str, Any]) -> None:
     if kind in entry.passes_through:
         return
     if call.body in BODY_ERRORS:  # the block's own error, passed through unchanged
-        body_kind, body_message = BODY_ERRORS[call.body]
-        shown_message = repr(body_message) if body_kind == "builtins.KeyError" else body_message
-        if (kind, message) == (body_kind, shown_message):
+        raised = BODY_ERRORS[call.body]
+        if (kind, message) == (error_type(raised), str(raised)):
             return
     allowed = (*ALLOWED, *entry.allowed)
     assert any(a in reply["mro"] for a in allowed), f"unexpected error type: {detail}"
