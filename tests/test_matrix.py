@@ -85,7 +85,7 @@ def test_outcomes_are_recorded_by_node_id(tmp_path: Path) -> None:
     assert not outcome.ok
 
 
-OTHER_CHECKS_CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", "_build"}
+OTHER_CHECKS_CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
 
 
 def test_the_package_is_installed_from_the_checkout_leaving_nothing_behind(
