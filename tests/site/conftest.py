@@ -7,6 +7,7 @@ Playwright (its driver ships in the wheel; the browser is Debian's chromium, who
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import threading
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Error, Page, ViewportSize, sync_playwright
 
 import memobook
 from memobook import pdf
@@ -53,33 +54,89 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
+DESKTOP: ViewportSize = {"width": 1280, "height": 900}
+PHONE: ViewportSize = {"width": 390, "height": 844}
+
+
+# Opening a tab costs Chromium about a CPU-second more than navigating an open one (about
+# half a second for a chapter), and these checks load some sixty pages: each viewport has
+# one context and one tab, which every test that loads its own page navigates.
+@pytest.fixture(scope="session")
+def desktop(browser: Browser) -> Iterator[BrowserContext]:
+    """The 1280 x 900 context of the site's checks."""
+    context = browser.new_context(viewport=DESKTOP)
+    yield context
     context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture(scope="session")
+def phone(browser: Browser) -> Iterator[BrowserContext]:
+    """The 390 x 844 touch-screen context of the site's checks."""
+    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    yield context
+    context.close()
+
+
+@contextlib.contextmanager
+def _watched(tab: Page, what: str) -> Iterator[Page]:
+    """``tab`` while a test uses it; then left blank, with the site's storage cleared, and
+    the test fails if a script on a page it loaded raised an error."""
+    errors: list[str] = []
+
+    def record(error: Error) -> None:
+        errors.append(str(error))
+
+    tab.on("pageerror", record)
+    try:
+        yield tab
+    finally:
+        tab.remove_listener("pageerror", record)
+        with contextlib.suppress(Error):  # a page the test left mid-way, or none loaded
+            tab.evaluate("() => { localStorage.clear(); sessionStorage.clear() }")
+        tab.goto("about:blank")
+    assert not errors, f"JavaScript errors on {what}: {errors}"
+
+
+@pytest.fixture(scope="session")
+def _desktop_tab(desktop: BrowserContext) -> Page:
+    return desktop.new_page()
+
+
+@pytest.fixture(scope="session")
+def _phone_tab(phone: BrowserContext) -> Page:
+    return phone.new_page()
+
+
+@pytest.fixture
+def page(_desktop_tab: Page) -> Iterator[Page]:
+    """A 1280 x 900 tab for a test that loads its own pages."""
+    with _watched(_desktop_tab, "the pages the test loaded") as tab:
+        yield tab
+
+
+@pytest.fixture
+def phone_page(_phone_tab: Page) -> Iterator[Page]:
+    """A 390 x 844 touch-screen tab for a test that loads its own pages."""
+    with _watched(_phone_tab, "the pages the test loaded") as tab:
+        yield tab
+
+
+@pytest.fixture(scope="session")
+def _chapter_tab(desktop: BrowserContext) -> Page:
+    return desktop.new_page()
 
 
 @pytest.fixture(scope="session", params=[c.path for c in memobook.chapters()], ids=lambda p: p.stem)
 def chapter_page(
-    request: pytest.FixtureRequest, browser: Browser, site_url: str
+    request: pytest.FixtureRequest, _chapter_tab: Page, site_url: str
 ) -> Iterator[tuple[Path, Page]]:
     """``(notebook, page)``: each chapter's page, loaded once at 1280 x 900 and shared by
     the tests that only read it (pytest runs them together, chapter by chapter)."""
     notebook: Path = request.param
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    opened.goto(f"{site_url}/{notebook.relative_to(memobook.ROOT).with_suffix('.html')}")
-    opened.wait_for_load_state("load")
-    yield notebook, opened
-    context.close()
-    assert not errors, f"JavaScript errors on {notebook.stem}'s page: {errors}"
+    with _watched(_chapter_tab, f"{notebook.stem}'s page") as tab:
+        tab.goto(f"{site_url}/{notebook.relative_to(memobook.ROOT).with_suffix('.html')}")
+        tab.wait_for_load_state("load")
+        yield notebook, tab
 
 
 def chapter_pages() -> list[Path]:

@@ -4,15 +4,14 @@ carry their marker, and dark mode does not glare."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize
+from playwright.sync_api import Browser, Page
 
 import memobook
+from tests.site.conftest import DESKTOP
 
-PHONE: ViewportSize = {"width": 390, "height": 844}
 PAGES = [f"{entry.docname}.html" for entry in memobook.toc_entries()]
 OVERFLOW = """() => {
   const width = document.documentElement.clientWidth;
@@ -32,18 +31,9 @@ OVERFLOW = """() => {
 }"""
 
 
-@pytest.fixture
-def phone(browser: Browser) -> Iterator[BrowserContext]:
-    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
-    yield context
-    context.close()
-
-
 @pytest.mark.parametrize("name", PAGES)
-def test_no_page_scrolls_sideways_on_a_phone(
-    phone: BrowserContext, site_url: str, name: str
-) -> None:
-    page = phone.new_page()
+def test_no_page_scrolls_sideways_on_a_phone(phone_page: Page, site_url: str, name: str) -> None:
+    page = phone_page
     page.goto(f"{site_url}/{name}")
     page.wait_for_load_state("load")
     found = page.evaluate(OVERFLOW)
@@ -51,8 +41,8 @@ def test_no_page_scrolls_sideways_on_a_phone(
     assert not found["wide"], f"{name}: wider than the screen: {found['wide']}"
 
 
-def test_the_drawer_opens_with_the_chapter_list(phone: BrowserContext, site_url: str) -> None:
-    page = phone.new_page()
+def test_the_drawer_opens_with_the_chapter_list(phone_page: Page, site_url: str) -> None:
+    page = phone_page
     page.goto(f"{site_url}/book/views.html")
     visible = [b for b in page.locator(".primary-toggle").all() if b.is_visible()]
     assert len(visible) == 1, "one visible menu button"
@@ -68,8 +58,8 @@ def test_the_drawer_opens_with_the_chapter_list(phone: BrowserContext, site_url:
     page.wait_for_url(f"**/{memobook.chapters()[0].path.stem}.html")
 
 
-def test_the_contents_drawer_opens_on_a_phone(phone: BrowserContext, site_url: str) -> None:
-    page = phone.new_page()
+def test_the_contents_drawer_opens_on_a_phone(phone_page: Page, site_url: str) -> None:
+    page = phone_page
     page.goto(f"{site_url}/book/views.html")
     visible = [b for b in page.locator(".secondary-toggle").all() if b.is_visible()]
     assert visible, "a visible contents button"
@@ -95,7 +85,7 @@ def test_the_sidebar_toggle_hides_and_shows_the_sidebar_on_a_wide_screen(
 
 @pytest.mark.parametrize("name", ["book/losses.html", "book/creation.html"])
 def test_math_renders_with_the_network_blocked(browser: Browser, site_url: str, name: str) -> None:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=DESKTOP)
     requested: list[str] = []
 
     def only_the_site(route: object) -> None:
@@ -135,7 +125,7 @@ def test_gpu_cells_carry_their_marker(chapter_page: tuple[Path, Page]) -> None:
 
 
 def test_dark_mode_figures_do_not_glare(browser: Browser, site_url: str) -> None:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=DESKTOP)
     context.add_init_script("localStorage.setItem('mode', 'dark')")
     page = context.new_page()
     page.goto(f"{site_url}/book/creation.html")
