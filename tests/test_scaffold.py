@@ -3,8 +3,8 @@
 The scaffold runs in a throwaway copy of the repository (its tracked files), in a fresh
 process whose imports come from that copy, exactly as `nox -s chapter -- TOPIC` would;
 then the checks of `nox` that concern a new chapter run there: ruff and mypy on the new
-files, the new unit tests, the hygiene and claim checks of every chapter, strict nbval of
-the new chapter and the site build (warnings are errors).
+files, then, in one pytest run, the new unit tests, the hygiene and claim checks of every
+chapter and strict nbval of the new chapter.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -68,33 +69,64 @@ def test_the_new_files_pass_lint(copy: Path) -> None:
     _run(copy, str(BIN / "mypy"), f"pytorch_memo/{TOPIC}.py", f"tests/test_{TOPIC}.py")
 
 
-FLOOR = "tests/test_claims.py::test_the_book_makes_at_least_300_claims"
+FLOOR = "tests.test_claims::test_the_book_makes_at_least_300_claims"
+"""The book's floor of claims, which a new chapter's one claim is below: it must fail."""
 
 
-def test_the_new_tests_and_the_chapter_checks_pass(copy: Path) -> None:
-    _run(
-        copy, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--doctest-modules",
-        f"pytorch_memo/{TOPIC}.py", f"tests/test_{TOPIC}.py", "tests/test_notebooks.py",
-        "tests/test_claims.py", "tests/test_record.py", "--deselect", FLOOR,
-    )  # fmt: skip
-
-
-def test_a_new_chapter_is_unfinished_until_it_makes_20_claims(copy: Path) -> None:
-    """The book's floor of claims per chapter names the scaffold's chapter, with its one."""
+@pytest.fixture(scope="module")
+def checked(copy: Path) -> dict[str, ET.Element]:
+    """The copy's chapter checks, run once by pytest (one process, one torch import): the
+    new module's doctests and tests, the hygiene, claim and record checks of every chapter,
+    and strict nbval of the new chapter; each test case of its JUnit report, by id."""
+    report = copy / "report.xml"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", FLOOR],
-        cwd=copy, env={**os.environ, "PYTHONPATH": str(copy)},
+        [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml",
+            str(report), "--doctest-modules", "--nbval", *memobook.NBVAL_ARGS,
+            f"pytorch_memo/{TOPIC}.py", f"tests/test_{TOPIC}.py", "tests/test_notebooks.py",
+            "tests/test_claims.py", "tests/test_record.py", f"book/{TOPIC}.ipynb",
+        ],
+        cwd=copy, env={**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True, text=True, check=False,
     )  # fmt: skip
-    assert done.returncode == 1, done.stdout[-2000:]
-    assert f"fewer than 20 claims (a chapter is not finished): {{'{TOPIC}': 1}}" in done.stdout
+    assert report.is_file(), (
+        f"pytest wrote no report:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    cases = ET.parse(report).getroot().iter("testcase")
+    return {f"{c.get('classname')}::{c.get('name')}": c for c in cases}
 
 
-def test_the_new_chapter_passes_strict_nbval(copy: Path) -> None:
-    _run(
-        copy, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
-        *memobook.NBVAL_ARGS, f"book/{TOPIC}.ipynb",
-    )  # fmt: skip
+def _problems(case: ET.Element) -> list[ET.Element]:
+    return [e for e in case if e.tag in ("failure", "error", "skipped")]
+
+
+def test_the_new_tests_and_the_chapter_checks_pass(checked: dict[str, ET.Element]) -> None:
+    own = [name for name in checked if f"test_{TOPIC}" in name or f"pytorch_memo.{TOPIC}" in name]
+    assert own, f"no test of the new module ran: {sorted(checked)}"
+    assert any(name.startswith("tests.test_notebooks::") for name in checked)
+    failed = {
+        name: [e.get("message") for e in _problems(case)]
+        for name, case in checked.items()
+        if _problems(case) and name != FLOOR
+    }
+    assert not failed, failed
+
+
+def test_a_new_chapter_is_unfinished_until_it_makes_20_claims(
+    checked: dict[str, ET.Element],
+) -> None:
+    """The book's floor of claims per chapter names the scaffold's chapter, with its one."""
+    failures = [e for e in checked[FLOOR] if e.tag == "failure"]
+    assert failures, f"{FLOOR} passed"
+    message = f"fewer than 20 claims (a chapter is not finished): {{'{TOPIC}': 1}}"
+    assert message in (failures[0].text or "") + (failures[0].get("message") or "")
+
+
+def test_the_new_chapter_passes_strict_nbval(copy: Path, checked: dict[str, ET.Element]) -> None:
+    cells = {n: c for n, c in checked.items() if n.startswith(f"book.{TOPIC}.ipynb::")}
+    code = memobook.code_cells(memobook.load(copy / "book" / f"{TOPIC}.ipynb"))
+    assert len(cells) == len(code) > 0, sorted(cells)
+    assert not [n for n, c in cells.items() if _problems(c)]
 
 
 def test_a_taken_or_bad_topic_writes_nothing(copy: Path) -> None:
