@@ -51,8 +51,35 @@ WIDE_OUTPUT_TAG = "wide-output"
 CONTEXT_TAG = "context"
 """A markdown cell of history, opinion or pointers, not facts: it needs no claim cell
 after it, and it links to its source."""
-TAGS = (GPU_TAG, HIDE_INPUT_TAG, IGNORE_OUTPUT_TAG, RAISES_TAG, WIDE_OUTPUT_TAG, CONTEXT_TAG)
+CHECK_TAG = "check"
+"""A claim cell whose checks are longer than a few lines: it follows the demonstration
+and the prose, and the site folds its code behind "Show the check" (it still runs in
+every test run). :func:`fold_check` marks a cell so."""
+TAGS = (
+    GPU_TAG,
+    HIDE_INPUT_TAG,
+    IGNORE_OUTPUT_TAG,
+    RAISES_TAG,
+    WIDE_OUTPUT_TAG,
+    CONTEXT_TAG,
+    CHECK_TAG,
+)
 """Every tag the book knows; a cell with another tag is a typo."""
+CHECK_PROMPTS = {"code_prompt_show": "Show the check", "code_prompt_hide": "Hide the check"}
+"""The labels of a folded check's toggle on the site (myst-nb's cell-level options,
+stored in the cell's ``mystnb`` metadata)."""
+
+
+def fold_check(cell: dict[str, Any]) -> None:
+    """Mark a code cell as a folded check: tags ``check`` and ``hide-input`` (myst-nb
+    folds the code, the output stays visible) and the toggle's labels (:data:`CHECK_PROMPTS`)."""
+    metadata = cell.setdefault("metadata", {})
+    found = metadata.setdefault("tags", [])
+    for tag in (CHECK_TAG, HIDE_INPUT_TAG):
+        if tag not in found:
+            found.append(tag)
+    metadata["mystnb"] = {**metadata.get("mystnb", {}), **CHECK_PROMPTS}
+
 
 # ------------------------------------------------------------------------------ nbval runs
 

@@ -113,3 +113,84 @@ def test_toc_and_book_folder_agree() -> None:
     }
     missing = pages - set(listed)
     assert not missing, f"not in _toc.yml: {sorted(missing)}"
+
+
+SUMMARY = "## Summary: what to do"
+NOTES = re.compile(
+    r"\b(?:the|a|one|another|some|these|those|our|source|personal)\s+notes?\b", re.IGNORECASE
+)
+
+
+def _headings(cell: dict[str, object]) -> list[str]:
+    return [line for line in memobook.source(cell).splitlines() if line.startswith("## ")]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_ends_with_its_summary(path: Path) -> None:
+    cells = memobook.load(path)["cells"]
+    sections = [
+        (index, heading)
+        for index, cell in enumerate(cells)
+        if cell["cell_type"] == "markdown"
+        for heading in _headings(cell)
+    ]
+    assert sections, f"{path.name} has no sections"
+    index, last = sections[-1]
+    assert last == SUMMARY, f"{path.name}: the last section must be {SUMMARY!r}, not {last!r}"
+    from memobook.claims import cell_claims
+
+    bare = [
+        later
+        for later in range(index + 1, len(cells))
+        if cells[later]["cell_type"] == "code" and not cell_claims(memobook.source(cells[later]))
+    ]
+    assert not bare, (
+        f"{path.name} cells {bare}: the summary shows what to do; setup and teardown code "
+        "goes before it (a code cell there must prove a claim)"
+    )
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_speaks_to_the_reader_not_to_notes(path: Path) -> None:
+    # The book grew from notes the reader never saw: a chapter does not argue with them;
+    # a common misconception is a "Common mistake" box in the reader's words.
+    found = [
+        f"cell {index}: ...{match.group()}..."
+        for index, cell in enumerate(memobook.load(path)["cells"])
+        for match in NOTES.finditer(memobook.source(cell))
+    ]
+    assert not found, f"{path.name} refers to notes the reader never saw: {found}"
+
+
+def test_the_notes_rule_catches_what_it_names() -> None:
+    for text in ("One of the source notes guessed", "as the notes say", "a note shows"):
+        assert NOTES.search(text), text
+    for text in ("notebook", "noted", "Notes on CUDA semantics (PyTorch docs)"):
+        assert not NOTES.search(text), text
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_folded_cells_are_checks_or_the_setup_cell(path: Path) -> None:
+    from memobook.claims import cell_claims
+
+    cells = memobook.code_cells(memobook.load(path))
+    for index, cell in enumerate(cells[1:], 1):
+        cell_tags = memobook.tags(cell)
+        if memobook.HIDE_INPUT_TAG not in cell_tags and memobook.CHECK_TAG not in cell_tags:
+            continue
+        where = f"{path.name} code cell {index}"
+        assert memobook.CHECK_TAG in cell_tags, f"{where}: only checks (and setup) are folded"
+        assert memobook.HIDE_INPUT_TAG in cell_tags, f"{where}: a check is folded (fold_check)"
+        prompts = cell.get("metadata", {}).get("mystnb", {})
+        assert prompts == memobook.CHECK_PROMPTS, f"{where}: use memobook.fold_check"
+        assert cell_claims(memobook.source(cell)), f"{where}: a check proves a claim"
+
+
+def test_fold_check_marks_a_cell_as_the_site_folds_it() -> None:
+    cell: dict[str, object] = {"metadata": {"tags": ["gpu"]}}
+    memobook.fold_check(cell)
+    memobook.fold_check(cell)  # twice: no duplicate tags
+    assert cell["metadata"] == {
+        "tags": ["gpu", "check", "hide-input"],
+        "mystnb": {"code_prompt_show": "Show the check", "code_prompt_hide": "Hide the check"},
+    }
