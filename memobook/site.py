@@ -2,6 +2,8 @@
 
 - ``memo-status``: a directive that renders the execution-status table from what
   `nox -s execute` (and a GPU run) recorded in each chapter's notebook metadata.
+- ``memo-teaching``: per chapter, the share of visible code that checks rather than
+  teaches (:mod:`memobook.teaching`), against the book's targets.
 - A "Helpers used in this chapter" section appended to every chapter, generated from
   the chapter's ``from pytorch_memo... import ...`` lines and linked to the API reference
   (nitpicky builds fail when a helper is missing from the reference).
@@ -163,6 +165,37 @@ class MatrixDirective(SphinxDirective):
             for failure in outcome.failures
         ]
         return [table] + ([nodes.bullet_list("", *failures)] if failures else [])
+
+
+class TeachingDirective(SphinxDirective):
+    """Per chapter: the share of visible code lines that check, and of visible code cells
+    that show nothing (:mod:`memobook.teaching`), against the book's targets."""
+
+    def run(self) -> list[nodes.Node]:
+        from memobook import teaching
+
+        chapters = memobook.chapters(Path(self.env.srcdir))
+        for chapter in chapters:
+            self.env.note_dependency(str(chapter.path))
+        rows: list[list[nodes.Node | str]] = []
+        for figures in teaching.book_figures(chapters):
+            name: nodes.Node | str = figures.name
+            for chapter in chapters:
+                if chapter.name == figures.name:
+                    name = _doc_link(chapter.docname, chapter.title)
+            rows.append(
+                [
+                    name,
+                    f"{figures.check_share:.0%} ({figures.check_lines} of {figures.code_lines})",
+                    f"{figures.silent_share:.0%} ({figures.silent_cells} of {figures.cells})",
+                ]
+            )
+        headers = [
+            "chapter",
+            f"check lines (book target: at most {teaching.CHECK_LINES_TARGET:.0%})",
+            f"code cells without output (at most {teaching.SILENT_CELLS_TARGET:.0%})",
+        ]
+        return [_table(headers, rows)]
 
 
 def _outcome_text(outcome: Outcome) -> str:
@@ -400,6 +433,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("memo-api", ApiDirective)
     app.add_directive("memo-claims", ClaimsDirective)
     app.add_directive("memo-matrix", MatrixDirective)
+    app.add_directive("memo-teaching", TeachingDirective)
     app.connect("doctree-read", _mark_cells)
     app.connect("builder-inited", _add_static)
     app.connect("config-inited", _configure)
