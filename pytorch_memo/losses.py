@@ -158,6 +158,12 @@ def cross_entropy_by_hand(
       position's loss is ``-sum_c w[c] * q'[c] * log_p[c]`` with
       ``q' = (1 - e) * q + e / C``; ``"mean"`` divides by the number of positions.
 
+    Masked logits (``-inf``, as :func:`keep_top_k` leaves them) give ``log_p = -inf``
+    and the same results as torch: they cost nothing unless they are the target or
+    smoothing puts weight on them (the loss is then ``inf``); where the formula
+    multiplies their ``-inf`` by 0 (a class weight of 0, a probability of 0), the loss
+    is NaN, in torch too. Ignored positions are set to 0, never multiplied by 0.
+
     Args:
         input: logits of shape ``(C)``, ``(N, C)`` or ``(N, C, d1, ..., dk)``.
         target: class indices of shape ``()``, ``(N)`` or ``(N, d1, ..., dk)``, or
@@ -184,6 +190,9 @@ def cross_entropy_by_hand(
         >>> by_hand = cross_entropy_by_hand(x, y, weight=w, label_smoothing=0.1)
         >>> torch.allclose(by_hand, F.cross_entropy(x, y, weight=w, label_smoothing=0.1))
         True
+        >>> masked = keep_top_k(x, 2)  # [[2., 0., -inf]]
+        >>> cross_entropy_by_hand(masked, y), F.cross_entropy(masked, y)
+        (tensor(0.1269), tensor(0.1269))
     """
     probabilities = _check_args(input, target, weight, ignore_index, label_smoothing, reduction)
     if not probabilities:
@@ -193,23 +202,34 @@ def cross_entropy_by_hand(
         input, target = input.unsqueeze(0), target.unsqueeze(0)
     classes = input.shape[1]
     log_p = torch.log_softmax(input, dim=1).movedim(1, -1)  # (N, d..., C)
-    w = torch.ones(classes, dtype=log_p.dtype) if weight is None else weight.to(log_p.dtype)
+    w = torch.ones(classes, dtype=log_p.dtype, device=log_p.device)
+    if weight is not None:
+        w = weight.to(log_p.dtype)
     e = label_smoothing
+
+    def reduce(per: torch.Tensor, divisor: torch.Tensor | int) -> torch.Tensor:
+        if reduction == "none":
+            return per.squeeze(0) if unbatched else per
+        return per.sum() if reduction == "sum" else per.sum() / divisor
+
     if probabilities:
-        q = target.movedim(1, -1).to(log_p.dtype) * (1 - e) + e / classes
-        per = -(w * q * log_p).sum(-1)  # (N, d...)
-        total = per.sum() if reduction == "sum" else per.mean()
-    else:
-        keep = target != ignore_index
-        safe = torch.where(keep, target, 0)
-        w_y = w[safe] * keep  # weight of each position's target, 0 where ignored
-        nll = -log_p.gather(-1, safe.unsqueeze(-1)).squeeze(-1) * w_y
-        smooth = -(w * log_p).sum(-1) * keep
-        per = (1 - e) * nll + e / classes * smooth
-        total = per.sum() if reduction == "sum" else per.sum() / w_y.sum()
-    if reduction == "none":
-        return per.squeeze(0) if unbatched else per
-    return total
+        q = target.movedim(1, -1).to(log_p.dtype)
+        if e > 0:
+            q = q * (1 - e) + e / classes
+        per = -(log_p * q * w).sum(-1)  # (N, d...)
+        return reduce(per, per.numel())
+    # Class indices. Ignored positions are set to 0 with torch.where, not multiplied by
+    # 0: a masked logit (-inf) gives log_p = -inf, and 0 * -inf is NaN.
+    keep = target != ignore_index
+    safe = torch.where(keep, target, 0)
+    w_y = torch.where(keep, w[safe], 0)  # weight of each position's target
+    log_p_y = log_p.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    nll = torch.where(keep, -w_y * log_p_y, 0)
+    loss = reduce(nll, w_y.sum())
+    if e == 0:
+        return loss  # as torch: no smoothing term, so a masked class costs nothing
+    smooth = torch.where(keep, -(log_p * w).sum(-1), 0)
+    return (1 - e) * loss + e / classes * reduce(smooth, w_y.sum())
 
 
 @dataclass(frozen=True)

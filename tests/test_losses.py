@@ -81,6 +81,55 @@ def test_float32_input_matches_too(case: dict[str, object]) -> None:
     )
 
 
+@given(cross_entropy_cases(), st.integers(0, 2**16), st.sampled_from([0.0, 0.3, 1.0]))
+def test_masked_logits_match_torch(case: dict[str, object], seed: int, share: float) -> None:
+    # issue 24, D3: before, any -inf logit gave NaN (0 * -inf in the smoothing term and
+    # in the weights of ignored positions) where torch gives a number; class weights of
+    # 0 too, where torch multiplies them by -inf itself (its NaN is matched)
+    gen = torch.Generator().manual_seed(seed)
+    x = case["input"]
+    assert isinstance(x, torch.Tensor)
+    masked = torch.rand(x.shape, generator=gen, dtype=torch.float64) < share
+    case["input"] = x.masked_fill(masked, float("-inf"))
+    if case["weight"] is not None and seed % 2:
+        w = case["weight"]
+        assert isinstance(w, torch.Tensor)
+        case["weight"] = w * (torch.rand(w.shape, generator=gen) < 0.5)  # some weights 0
+    for dtype in (torch.float64, torch.float32):
+        typed = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                 for k, v in case.items()}  # fmt: skip
+        ours = cross_entropy_by_hand(**typed)  # type: ignore[arg-type]
+        theirs = F.cross_entropy(**typed)  # type: ignore[arg-type]
+        assert ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs, equal_nan=True)  # NaN where torch's is
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"reduction": "none"},
+        {"reduction": "sum"},
+        {"weight": torch.tensor([0.0, 1.0, 1.0])},
+        {"weight": torch.tensor([0.5, 1.0, 2.0]), "reduction": "sum"},
+        {"label_smoothing": 0.1},
+        {"ignore_index": 0, "reduction": "none"},
+    ],
+)
+def test_a_masked_logit_is_not_nan(options: dict[str, object]) -> None:
+    # issue 24, D3: [[-inf, 0., 1.]] with target 1 gave NaN; torch gives 1.3133
+    x, y = torch.tensor([[float("-inf"), 0.0, 1.0], [2.0, 1.0, 0.5]]), torch.tensor([1, 0])
+    ours = cross_entropy_by_hand(x, y, **options)  # type: ignore[arg-type]
+    theirs = F.cross_entropy(x, y, **options)  # type: ignore[arg-type]
+    torch.testing.assert_close(ours, theirs)
+    if "label_smoothing" not in options:  # smoothing onto the masked class: inf, as torch
+        assert ours.isfinite().all()
+    top = keep_top_k(torch.tensor([[3.0, 1.0, 2.0, 0.0]]), 2)  # the book's own filter
+    torch.testing.assert_close(
+        cross_entropy_by_hand(top, torch.tensor([2])), F.cross_entropy(top, torch.tensor([2]))
+    )
+
+
 def test_weighted_mean_divides_by_the_targets_weights() -> None:
     x = torch.zeros(3, 2)  # every log-probability is log(1/2)
     y = torch.tensor([0, 0, 1])
