@@ -60,6 +60,21 @@ their work tensors take several times that)."""
 MAX_PLOTTED_ROWS = 12
 
 
+_REAL_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""The dtypes ``softmax`` and ``topk`` compute in (float8 types are storage formats)."""
+
+
+def _check_float_dtype(name: str, tensor: torch.Tensor) -> None:
+    """Refuse a floating-point dtype that softmax and topk do not compute in (float8)."""
+    if tensor.dtype not in _REAL_FLOATS:
+        msg = (
+            f"{name} must be torch.float16, torch.bfloat16, torch.float32 or "
+            f"torch.float64 (softmax and topk do not compute in {tensor.dtype}), got "
+            f"{tensor.dtype}; convert it first, e.g. {name}.float()"
+        )
+        raise ValueError(msg)
+
+
 def _values(tensor: torch.Tensor) -> str:
     shown = tensor.flatten()[:6].tolist()
     return str(shown)[:-1] + (", ...]" if tensor.numel() > 6 else "]")
@@ -79,6 +94,7 @@ def _check_args(
     if input.dim() == 0 or not input.is_floating_point():
         msg = f"input must be floating point logits of shape (C), (N, C) or (N, C, d1, ...), got {input.dtype} of shape {tuple(input.shape)}"
         raise ValueError(msg)
+    _check_float_dtype("input", input)
     check_int("ignore_index", ignore_index, minimum=-INT64_MAX, maximum=INT64_MAX)
     check_number("label_smoothing", label_smoothing)
     if not 0.0 <= label_smoothing <= 1.0:
@@ -163,6 +179,7 @@ def cross_entropy_by_hand(
     smoothing puts weight on them (the loss is then ``inf``); where the formula
     multiplies their ``-inf`` by 0 (a class weight of 0, a probability of 0), the loss
     is NaN, in torch too. Ignored positions are set to 0, never multiplied by 0.
+    On ``meta`` tensors it returns a meta tensor of the result's shape, as torch does.
 
     Args:
         input: logits of shape ``(C)``, ``(N, C)`` or ``(N, C, d1, ..., dk)``.
@@ -180,8 +197,9 @@ def cross_entropy_by_hand(
     Raises:
         TypeError: ``input``, ``target`` or ``weight`` is not a tensor, class indices
             are not ``int64``, or an option has the wrong type.
-        ValueError: a shape, dtype or device does not match, an option is out of
-            range, or a class index is outside ``[0, C)`` (and not ``ignore_index``).
+        ValueError: ``input`` is not float16, bfloat16, float32 or float64 logits, a
+            shape, dtype or device does not match, an option is out of range, or a
+            class index is outside ``[0, C)`` (and not ``ignore_index``).
 
     Example:
         >>> import torch, torch.nn.functional as F
@@ -456,6 +474,7 @@ def _check_logits(logits: torch.Tensor) -> None:
             f"got {logits.dtype} of shape {tuple(logits.shape)}"
         )
         raise ValueError(msg)
+    _check_float_dtype("logits", logits)
     check_values("logits", logits)
     check_count(
         "logits", logits.numel(), limit=MAX_LOGITS, what="elements",
@@ -487,8 +506,9 @@ def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
 
     Raises:
         TypeError: ``logits`` is not a tensor, or ``k`` not an int.
-        ValueError: ``logits`` is not floating point with a non-empty last dimension,
-            is a meta tensor, has more than :data:`MAX_LOGITS` elements or holds NaN or
+        ValueError: ``logits`` is not float16, bfloat16, float32 or float64 (float8
+            types are refused) with a non-empty last dimension, is a meta tensor,
+            has more than :data:`MAX_LOGITS` elements or holds NaN or
             +inf (-inf is fine: a candidate filtered out before), or ``k`` is
             outside ``[1, logits.shape[-1]]``.
 
@@ -527,8 +547,9 @@ def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
 
     Raises:
         TypeError: ``logits`` is not a tensor, or ``p`` not a number.
-        ValueError: ``logits`` is not floating point with a non-empty last dimension,
-            is a meta tensor, has more than :data:`MAX_LOGITS` elements or holds NaN or
+        ValueError: ``logits`` is not float16, bfloat16, float32 or float64 (float8
+            types are refused) with a non-empty last dimension, is a meta tensor,
+            has more than :data:`MAX_LOGITS` elements or holds NaN or
             +inf (-inf is fine: a candidate filtered out before), or ``p`` is
             outside ``(0, 1]``.
 

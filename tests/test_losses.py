@@ -130,6 +130,53 @@ def test_a_masked_logit_is_not_nan(options: dict[str, object]) -> None:
     )
 
 
+@pytest.mark.parametrize("shape", [(3,), (2, 3), (2, 3, 4)])
+@pytest.mark.parametrize("probabilities", [False, True])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"reduction": "none"},
+        {"weight": True, "label_smoothing": 0.1, "reduction": "sum"},
+        {"weight": True, "label_smoothing": 0.1},
+    ],
+)
+def test_meta_tensors_give_torchs_shape(
+    shape: tuple[int, ...], probabilities: bool, options: dict[str, object]
+) -> None:
+    # issue 24, D12: before, "Tensor on device meta is not on the expected device cpu!"
+    # (the default weights were made on the CPU); F.cross_entropy works on meta
+    x = torch.empty(shape, device="meta")
+    t_shape = shape if probabilities else (() if len(shape) == 1 else (shape[0], *shape[2:]))
+    y = torch.empty(t_shape, device="meta", dtype=None if probabilities else torch.int64)
+    kwargs = dict(options)
+    if kwargs.pop("weight", False):
+        kwargs["weight"] = torch.empty(3, device="meta")
+    ours = cross_entropy_by_hand(x, y, **kwargs)  # type: ignore[arg-type]
+    theirs = F.cross_entropy(x, y, **kwargs)  # type: ignore[arg-type]
+    assert (ours.shape, ours.dtype, ours.device) == (theirs.shape, theirs.dtype, theirs.device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_float8_logits_are_refused_by_name(dtype: torch.dtype) -> None:
+    # issue 24, D12: before, keep_top_k/keep_top_p (and cross_entropy_by_hand) took
+    # float8 logits, then torch raised NotImplementedError ("topk_cpu" not implemented)
+    logits = torch.tensor([[1.0, 2.0, 0.5]]).to(dtype)
+    expected = (
+        rf"must be torch.float16, torch.bfloat16, torch.float32 or torch.float64 .*"
+        rf"got {dtype}; convert it first"
+    )
+    for call in (
+        lambda: keep_top_k(logits, 2),
+        lambda: keep_top_p(logits, 0.9),
+        lambda: cross_entropy_by_hand(logits, torch.tensor([1])),
+    ):
+        with pytest.raises(ValueError, match=expected) as caught:
+            call()
+        assert str(caught.value).startswith(("logits must", "input must"))
+    assert keep_top_k(logits.float(), 2).isfinite().sum() == 2  # the advice works
+
+
 def test_weighted_mean_divides_by_the_targets_weights() -> None:
     x = torch.zeros(3, 2)  # every log-probability is log(1/2)
     y = torch.tensor([0, 0, 1])
