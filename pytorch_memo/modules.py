@@ -121,6 +121,31 @@ def _tensors(
                     yield dot + name, "attribute", False, value
 
 
+def _check_materialised(name: str, module: nn.Module) -> None:
+    """Refuse a module with parameters or buffers not materialised yet (lazy modules).
+
+    An ``nn.LazyLinear`` holds ``nn.UninitializedParameter`` objects until its first
+    forward call gives them a shape: they have no shape, size or values to report.
+    """
+    tensors = [
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ]
+    lazy = [
+        n for n, t in tensors if isinstance(t, (nn.UninitializedParameter, nn.UninitializedBuffer))
+    ]
+    if lazy:
+        shown = ", ".join(repr(n) for n in lazy[:4])
+        if len(lazy) > 4:
+            shown += f" and {len(lazy) - 4} more"
+        msg = (
+            f"{name} has parameters or buffers that are not materialised yet: {shown} "
+            "(a lazy module such as nn.LazyLinear gives them a shape at its first "
+            f"forward call); call {name} once on an example input first"
+        )
+        raise ValueError(msg)
+
+
 def inventory(module: nn.Module, *, attributes: bool = True) -> ModuleTable:
     """List every tensor a module holds and what torch does with it.
 
@@ -140,6 +165,8 @@ def inventory(module: nn.Module, *, attributes: bool = True) -> ModuleTable:
 
     Raises:
         TypeError: ``module`` is not an ``nn.Module`` or ``attributes`` is not a bool.
+        ValueError: ``module`` holds parameters or buffers not materialised yet (a lazy
+            module such as ``nn.LazyLinear`` before its first forward call).
 
     Example:
         >>> from torch import nn
@@ -153,6 +180,7 @@ def inventory(module: nn.Module, *, attributes: bool = True) -> ModuleTable:
     """
     check_type("module", module, nn.Module, "a torch.nn.Module")
     check_type("attributes", attributes, bool, "a bool")
+    _check_materialised("module", module)
     saved = module.state_dict(keep_vars=True).keys()
     found = list(_tensors(module, attributes, saved))
     rows = tuple(

@@ -30,6 +30,7 @@ from pytorch_memo._checks import (
     check_type,
 )
 from pytorch_memo._compat import cpu_allocations
+from pytorch_memo.modules import _check_materialised
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -105,6 +106,8 @@ def count_parameters(model: nn.Module) -> ParameterCount:
 
     Raises:
         TypeError: ``model`` is not a module.
+        ValueError: ``model`` holds parameters not materialised yet (a lazy module
+            such as ``nn.LazyLinear`` before its first forward call).
 
     Example:
         >>> from torch import nn
@@ -114,6 +117,7 @@ def count_parameters(model: nn.Module) -> ParameterCount:
         8 parameters (6 trainable, 2 frozen)
     """
     check_type("model", model, nn.Module, "a torch.nn.Module")
+    _check_materialised("model", model)
     params = list(model.parameters())
     return ParameterCount(
         total=sum(p.numel() for p in params),

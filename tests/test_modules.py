@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from pytorch_memo.modules import ModuleTable, inventory
+from pytorch_memo.profiling import count_parameters
 
 
 class WithHidden(nn.Module):
@@ -223,3 +224,38 @@ def test_random_modules_match_torch(module: nn.Module, frozen: bool) -> None:
         for p in list(module.parameters())[::2]:
             p.requires_grad_(False)
     check_against_torch(module)
+
+
+# -- issue 24, D12: a lazy module's parameters are not materialised ---------------------
+
+
+def _lazy_model() -> nn.Module:
+    return nn.Sequential(nn.LazyLinear(3), nn.ReLU(), nn.LazyBatchNorm1d())
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [(inventory, "module"), (count_parameters, "model")],
+)
+def test_a_lazy_module_is_refused_with_what_to_do(
+    call: Callable[[nn.Module], object], name: str
+) -> None:
+    # before: torch's "Can't access the shape of an uninitialized parameter or buffer"
+    # (inventory) and "Attempted to use an uninitialized parameter in <method 'numel'
+    # of 'torch._C.TensorBase' objects>" (count_parameters)
+    model = _lazy_model()
+    expected = (
+        rf"{name} has parameters or buffers that are not materialised yet: '0.weight', "
+        r"'0.bias', '2.weight', '2.bias' and 2 more \(a lazy module such as nn.LazyLinear "
+        rf"gives them a shape at its first forward call\); call {name} once on an example "
+        "input first"
+    )
+    with pytest.raises(ValueError, match=expected):
+        call(model)
+    model(torch.zeros(2, 5))  # the advice: one forward call materialises them
+    assert count_parameters(model).total == 5 * 3 + 3 + 3 + 3
+    assert inventory(model).names(kind="buffer") == (
+        "2.running_mean",
+        "2.running_var",
+        "2.num_batches_tracked",
+    )
