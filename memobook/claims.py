@@ -20,14 +20,31 @@ A claim is one short sentence in the comment block that opens a code cell::
   and cells tagged ``context`` (history, opinion, pointers, worded as such, with a link
   to their source) are exempt.
 
-:func:`problems` lists every breach of these rules in a notebook; the claims test fails
-on any. The site's memo page lists every claim, linked to its cell (:func:`anchor`).
+Scope rules (:func:`scope_problems`; they read the version matrix's record,
+``book/_data/matrix.json``):
+
+- **6a** a sentence naming a range of torch releases ("from 2.8 to 2.15", "since 2.9",
+  "until 2.13", "2.12 and later") passes only where the matrix ran every minor release
+  in the range; otherwise it names the releases checked. Cells tagged ``context``
+  (history, with a source) are exempt.
+- **6b** a claim cell that branches on the torch version (``if torch.__version__ >=
+  "2.15":``) checks in every branch (or after the ``if``), and every branch is taken by
+  at least one release the matrix ran.
+- **6c** a claim saying "every", "all", "always", "never", "any" or "no other" is
+  checked over a collection of cases (a loop, a comprehension, ``all``/``any``, a
+  whole-tensor comparison), or its cell says why one case is the whole domain
+  (:data:`EXEMPTION`).
+
+:func:`notebook_problems` and :func:`scope_problems` list every breach of these rules in
+a notebook; the claims test fails on any. The site's memo page lists every claim, linked to its cell (:func:`anchor`).
 """
 
 from __future__ import annotations
 
 import ast
+import operator
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,3 +272,292 @@ def notebook_problems(nb: dict[str, Any], name: str) -> list[str]:
 def book_claims() -> list[Claim]:
     """Every claim of the book, chapter by chapter in reading order."""
     return [claim for chapter in memobook.chapters() for claim in chapter_claims(chapter)]
+
+
+# ------------------------------------------------------------------ scope: torch releases
+
+
+@dataclass(frozen=True)
+class VersionBranch:
+    """An ``if`` of a claim cell that branches on the torch version.
+
+    Attributes:
+        line: its line in the cell.
+        test: the condition's source (``torch.__version__ >= "2.15"``).
+        then_checks: whether its body checks (an assert, ``raises``, ...), or a check
+            follows the ``if``.
+        else_checks: whether its ``else`` (or, without one, what follows the ``if``)
+            checks.
+    """
+
+    line: int
+    test: str
+    then_checks: bool
+    else_checks: bool
+
+    def taken(self, version: str) -> str:
+        """``then`` or ``else``: the branch this cell takes on torch ``version``."""
+        return (
+            "then"
+            if _version_condition(ast.parse(self.test, mode="eval").body, version)
+            else "else"
+        )
+
+
+def _is_torch_version(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "__version__"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "torch"
+    )
+
+
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
+    ast.GtE: operator.ge,
+    ast.Gt: operator.gt,
+    ast.LtE: operator.le,
+    ast.Lt: operator.lt,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
+
+
+def _version_condition(node: ast.expr, version: str) -> bool | None:
+    """The value of ``node`` on torch ``version``, when it is a condition on
+    ``torch.__version__`` alone (comparisons with string constants, and/or/not of them);
+    None for any other condition. Compared as torch compares (``packaging``'s Version)."""
+    from packaging.version import Version
+
+    if isinstance(node, ast.BoolOp):
+        values = [_version_condition(v, version) for v in node.values]
+        if any(v is None for v in values):
+            return None
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        inner = _version_condition(node.operand, version)
+        return None if inner is None else not inner
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+        return None
+    left, right, op = node.left, node.comparators[0], type(node.ops[0])
+    if op not in _COMPARE:
+        return None
+    if _is_torch_version(left) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+        return bool(_COMPARE[op](Version(version), Version(right.value)))
+    if _is_torch_version(right) and isinstance(left, ast.Constant) and isinstance(left.value, str):
+        return bool(_COMPARE[op](Version(left.value), Version(version)))
+    return None
+
+
+def _ifs_with_what_follows(
+    block: list[ast.stmt], follows: list[ast.stmt]
+) -> Iterator[tuple[ast.If, list[ast.stmt]]]:
+    """Every ``if`` in ``block`` with the statements that run after it: the rest of its
+    block, then the rest of each enclosing block (``follows``)."""
+    for index, node in enumerate(block):
+        after = [*block[index + 1 :], *follows]
+        if isinstance(node, ast.If):
+            yield node, after
+        for name in ("body", "orelse", "finalbody"):
+            inner = getattr(node, name, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                yield from _ifs_with_what_follows(inner, after)
+        for handler in getattr(node, "handlers", []):
+            yield from _ifs_with_what_follows(handler.body, after)
+
+
+def version_branches(source: str) -> list[VersionBranch]:
+    """The ``if`` statements of a cell that branch on the torch version, in order. A
+    branch checks when it holds a check or a check runs after the ``if`` (the branches
+    set what one assert then checks; a ``finally`` restores what the checks used)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node, after in _ifs_with_what_follows(tree.body, []):
+        if _version_condition(node.test, "2.0") is None:
+            continue
+        later = _checks(ast.Module(body=after, type_ignores=[]))
+        body = _checks(ast.Module(body=node.body, type_ignores=[]))
+        orelse = _checks(ast.Module(body=node.orelse, type_ignores=[]))
+        found.append(
+            VersionBranch(node.lineno, ast.unparse(node.test), body or later, orelse or later)
+        )
+    return sorted(found, key=lambda b: b.line)
+
+
+def branch_problems(cell: dict[str, Any], where: str, torch_versions: list[str]) -> list[str]:
+    """Rule 6b: a claim cell that branches on the torch version checks in every branch,
+    and every branch is taken by at least one release the matrix ran."""
+    source = memobook.source(cell)
+    if not cell_claims(source):
+        return []
+    problems = []
+    for branch in version_branches(source):
+        at = f"{where} line {branch.line} (`if {branch.test}`)"
+        if not branch.then_checks or not branch.else_checks:
+            missing = "its body" if not branch.then_checks else "its else (or what follows)"
+            problems.append(
+                f"{at}: a claim that branches on the torch version checks in every branch; "
+                f"{missing} checks nothing, so on those releases the claim is unchecked"
+            )
+        taken = {branch.taken(v) for v in torch_versions}
+        problems += [
+            f"{at}: its {side!r} branch is taken by no release the version matrix "
+            f"ran ({', '.join(torch_versions) or 'none'}): unchecked code"
+            for side in ("then", "else")
+            if side not in taken
+        ]
+    return problems
+
+
+_RELEASE = r"(?:torch |PyTorch |release |releases |version |versions )?(2\.\d+)(?:\.\d+)?(?!\d)"
+_RANGES = (
+    # "from 2.8 to 2.15", "2.8 to 2.15", "2.8-2.15", "2.8 through 2.13"
+    (
+        re.compile(
+            rf"(?:from |between )?{_RELEASE}\s*(?:-|–|to|through|until|and)\s*{_RELEASE}",
+            re.IGNORECASE,
+        ),
+        "both",
+    ),
+    # "since 2.9", "as of 2.9", "2.9 and later", "2.9 onwards", "2.9+"
+    (
+        re.compile(
+            rf"(?:since|as of|starting with|from) {_RELEASE}(?! ?(?:-|–|to |through |until |and ))",
+            re.IGNORECASE,
+        ),
+        "from",
+    ),
+    (
+        re.compile(
+            rf"{_RELEASE}(?: and| or)? (?:later|newer|above|onwards|onward|on)\b", re.IGNORECASE
+        ),
+        "from",
+    ),
+    (re.compile(rf"{_RELEASE}\+", re.IGNORECASE), "from"),
+    # "up to 2.14", "until 2.13", "through 2.13", "2.13 and earlier", "before 2.10"
+    (re.compile(rf"(?:up to|until|till|through|up through) {_RELEASE}", re.IGNORECASE), "to"),
+    (re.compile(rf"{_RELEASE}(?: and| or) (?:earlier|older|before|below)\b", re.IGNORECASE), "to"),
+    (re.compile(rf"(?:before|prior to|below|older than) {_RELEASE}", re.IGNORECASE), "below"),
+)
+
+
+def _minor_number(text: str) -> int:
+    return int(text.split(".")[1])
+
+
+def release_ranges(text: str, floor: str, newest: str) -> list[tuple[str, int, int]]:
+    """The ranges of torch releases a sentence names: ``(phrase, low, high)`` minor
+    numbers of 2.x, ``floor`` and ``newest`` standing for the open ends."""
+    found: list[tuple[str, int, int]] = []
+    taken: list[tuple[int, int]] = []
+    for pattern, kind in _RANGES:
+        for match in pattern.finditer(text):
+            if any(start <= match.start() < end for start, end in taken):
+                continue
+            groups = [g for g in match.groups() if g]
+            if kind == "both":
+                low, high = _minor_number(groups[0]), _minor_number(groups[1])
+                if high <= low:  # "2.8 and 2.11" lists two releases, not a range
+                    continue
+                if re.search(r"\band\b", match.group(), re.IGNORECASE) and not re.match(
+                    r"between", match.group(), re.IGNORECASE
+                ):
+                    continue
+            elif kind == "from":
+                low, high = _minor_number(groups[0]), _minor_number(newest)
+            elif kind == "to":
+                low, high = _minor_number(floor), _minor_number(groups[0])
+            else:  # below
+                low, high = _minor_number(floor), _minor_number(groups[0]) - 1
+            taken.append((match.start(), match.end()))
+            found.append((match.group().strip(), low, high))
+    return found
+
+
+def range_problems(text: str, where: str, ran: set[str], floor: str, newest: str) -> list[str]:
+    """Rule 6a: a sentence naming a range of torch releases is true only where the version
+    matrix ran every minor release in it; else it names the releases that were checked."""
+    problems = []
+    for phrase, low, high in release_ranges(text, floor, newest):
+        missing = [f"2.{n}" for n in range(low, high + 1) if f"2.{n}" not in ran]
+        if missing:
+            problems.append(
+                f"{where}: {phrase!r} names a range of releases, but the version matrix never "
+                f"ran {', '.join(missing)}: name the releases checked "
+                f"({', '.join(sorted(ran, key=_minor_number))}) instead"
+            )
+    return problems
+
+
+# ------------------------------------------------------------------ scope: universal words
+
+UNIVERSAL = re.compile(r"\b(every|all|always|never|any|no other)\b", re.IGNORECASE)
+"""Words that make a claim about a whole set of cases."""
+EXEMPTION = "# Whole domain:"
+"""A comment in a claim cell saying why its one case is the whole domain of a universal
+claim (reviewed like any other sentence): ``# Whole domain: a bool has two values``."""
+
+
+def _covers_a_collection(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For | ast.AsyncFor | ast.comprehension | ast.While):
+            return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            # all(...) / any(...) and tensor-wide .all()/.any()/.equal checks
+            if name in ("all", "any", "equal", "allclose", "assert_close", "array_equal"):
+                return True
+    return False
+
+
+def universal_problems(cell: dict[str, Any], where: str) -> list[str]:
+    """Rule 6c: a claim using a universal word is checked over a collection of cases (a
+    loop, a comprehension, ``all``/``any``, a whole-tensor comparison) or carries an
+    :data:`EXEMPTION` comment saying why one case is the whole domain."""
+    source = memobook.source(cell)
+    claims = [c for c in cell_claims(source) if UNIVERSAL.search(c)]
+    if not claims or EXEMPTION in source:
+        return []
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    if _covers_a_collection(tree):
+        return []
+    return [
+        f"{where}: the claim {text[:60]!r}... says {UNIVERSAL.search(text).group()!r} "  # type: ignore[union-attr]
+        f"but checks one case: loop over the cases it names, or add '{EXEMPTION} <why>'"
+        for text in claims
+    ]
+
+
+def scope_problems(nb: dict[str, Any], name: str, matrix: Any = None) -> list[str]:
+    """Every breach of the scope rules in a notebook: ranges of releases the matrix did not
+    run in full (6a), version branches unchecked or never taken (6b), universal claims
+    checked on one case (6c). ``matrix``: a :class:`~memobook.record.MatrixRecord`
+    (``book/_data/matrix.json`` by default)."""
+    from memobook.matrix import releases
+    from memobook.record import MatrixRecord, minor, version_key
+
+    record = MatrixRecord.read() if matrix is None else matrix
+    listed = sorted((minor(r.torch) for r in releases() if r.torch), key=version_key)
+    floor, newest = listed[0], listed[-1]
+    ran = record.torch_minors()
+    versions = sorted({run.torch for run in record.runs.values()}, key=version_key)
+    problems: list[str] = []
+    for index, cell in enumerate(nb["cells"]):
+        where = f"{name} cell {index}"
+        text = memobook.source(cell)
+        if cell["cell_type"] == "markdown" and memobook.CONTEXT_TAG not in memobook.tags(cell):
+            problems += range_problems(text, where, ran, floor, newest)
+        if cell["cell_type"] != "code":
+            continue
+        for claim in cell_claims(text):
+            problems += range_problems(claim, where, ran, floor, newest)
+        problems += branch_problems(cell, where, versions)
+        problems += universal_problems(cell, where)
+    return problems

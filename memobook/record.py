@@ -184,8 +184,67 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class ClaimOutcome:
+    """How one claim cell fared in one run of the matrix.
+
+    Attributes:
+        outcome: ``passed``, ``failed``, ``skipped`` (a ``gpu`` cell without CUDA) or
+            ``error``.
+        source: :func:`source_digest` of the cell's source in that run: a cell edited
+            since no longer matches, and its old outcome is not shown as its own.
+        branches: for a cell that branches on the torch version, the branch each such
+            ``if`` took in that run, in order (``then`` or ``else``).
+    """
+
+    outcome: str
+    source: str
+    branches: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> ClaimOutcome:
+        if not isinstance(data, Mapping):
+            msg = f"{where} must be a mapping, got {type(data).__name__}"
+            raise RecordError(msg)
+        branches = data.get("branches", [])
+        if not isinstance(branches, list) or not all(b in ("then", "else") for b in branches):
+            msg = f"{where}: branches must be a list of 'then'/'else', got {branches!r}"
+            raise RecordError(msg)
+        outcome = _field(data, "outcome", str, where)
+        if outcome not in OUTCOMES:
+            msg = f"{where}: outcome must be one of {OUTCOMES}, got {outcome!r}"
+            raise RecordError(msg)
+        return cls(outcome, _field(data, "source", str, where), tuple(branches))
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"outcome": self.outcome, "source": self.source}
+        if self.branches:
+            data["branches"] = list(self.branches)
+        return data
+
+
+OUTCOMES = ("passed", "failed", "skipped", "error")
+
+
+def source_digest(source: str) -> str:
+    """A short digest of a cell's source, to tell whether a recorded outcome is its own."""
+    import hashlib
+
+    return hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def minor(version: str) -> str:
+    """``2.15.0+cu132`` -> ``2.15``; ``3.12.1`` -> ``3.12``."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A version string as numbers, for sorting (``2.9.1`` before ``2.10.0``)."""
+    return tuple(int(p) if p.isdigit() else 0 for p in version.split("+")[0].split("."))
+
+
+@dataclass(frozen=True)
 class MatrixRun:
-    """One torch release of the version matrix."""
+    """One torch release of the version matrix, on one Python."""
 
     torch: str
     torchvision: str
@@ -194,6 +253,13 @@ class MatrixRun:
     unit: Outcome
     chapters: dict[str, Outcome] = field(default_factory=dict)
     """Lax nbval outcome by chapter topic (``views``)."""
+    claims: dict[str, dict[str, ClaimOutcome]] = field(default_factory=dict)
+    """By chapter topic, then claim cell id: each claim cell's outcome in this run."""
+
+    @property
+    def key(self) -> str:
+        """The run's name in the record: ``2.15.0 py3.12``."""
+        return f"{self.torch} py{minor(self.python)}"
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> MatrixRun:
@@ -201,6 +267,12 @@ class MatrixRun:
             msg = f"{where} must be a mapping, got {type(data).__name__}"
             raise RecordError(msg)
         chapters = _field(data, "chapters", Mapping, where)
+        claims = data.get("claims", {})
+        if not isinstance(claims, Mapping) or not all(
+            isinstance(v, Mapping) for v in claims.values()
+        ):
+            msg = f"{where}: claims must map chapters to mappings of cell ids"
+            raise RecordError(msg)
         return cls(
             torch=_field(data, "torch", str, where),
             torchvision=_field(data, "torchvision", str, where),
@@ -210,12 +282,27 @@ class MatrixRun:
             chapters={
                 str(k): Outcome.from_json(v, f"{where} chapter {k}") for k, v in chapters.items()
             },
+            claims={
+                str(chapter): {
+                    str(cell): ClaimOutcome.from_json(v, f"{where} claim {chapter}/{cell}")
+                    for cell, v in cells.items()
+                }
+                for chapter, cells in claims.items()
+            },
         )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["claims"] = {
+            chapter: {cell: outcome.to_json() for cell, outcome in cells.items()}
+            for chapter, cells in self.claims.items()
+        }
+        return data
 
 
 @dataclass(frozen=True)
 class MatrixRecord:
-    """Every torch release the matrix ran, by version string."""
+    """Every run of the matrix (a torch release on a Python), by :attr:`MatrixRun.key`."""
 
     runs: dict[str, MatrixRun] = field(default_factory=dict)
 
@@ -226,19 +313,27 @@ class MatrixRecord:
             return cls()
         data = json.loads(path.read_text(encoding="utf-8"))
         runs = _field({"runs": data.get("runs")}, "runs", Mapping, str(path))
-        return cls({str(k): MatrixRun.from_json(v, f"{path} run {k}") for k, v in runs.items()})
+        found = [MatrixRun.from_json(v, f"{path} run {k}") for k, v in runs.items()]
+        return cls({run.key: run for run in found})
 
     def with_run(self, run: MatrixRun) -> MatrixRecord:
-        """A copy with ``run`` replacing any earlier run of the same torch release."""
-        return MatrixRecord({**self.runs, run.torch: run})
+        """A copy with ``run`` replacing any earlier run of the same release and Python."""
+        return MatrixRecord({**self.runs, run.key: run})
+
+    def sorted_runs(self) -> list[MatrixRun]:
+        """The runs by Python, then torch release, oldest first."""
+        return sorted(
+            self.runs.values(), key=lambda r: (version_key(minor(r.python)), version_key(r.torch))
+        )
+
+    def torch_minors(self) -> set[str]:
+        """The minor releases of torch (``2.9``) that some run checked."""
+        return {minor(run.torch) for run in self.runs.values()}
 
     def write(self, path: Path = MATRIX) -> None:
-        """Write the record atomically, releases sorted by version."""
+        """Write the record atomically, runs sorted by Python, then torch release."""
         from pytorch_memo._files import write_text
 
-        def key(version: str) -> tuple[int, ...]:
-            return tuple(int(p) if p.isdigit() else 0 for p in version.split("+")[0].split("."))
-
-        runs = {v: asdict(self.runs[v]) for v in sorted(self.runs, key=key)}
+        runs = {run.key: run.to_json() for run in self.sorted_runs()}
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps({"runs": runs}, indent=1) + "\n")

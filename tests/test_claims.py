@@ -9,7 +9,9 @@ import nbformat
 import pytest
 
 import memobook
+from memobook import claims as rules
 from memobook.claims import book_claims, cell_claims, chapter_claims, notebook_problems
+from memobook.record import MatrixRecord, MatrixRun, Outcome
 
 
 def _code(source: str, tags: tuple[str, ...] = ()) -> Any:
@@ -117,3 +119,126 @@ def test_claims_have_stable_unique_anchors() -> None:
     assert all(ids), "every claim cell has an id (nbformat 4.5)"
     cells = {(c.chapter, c.cell) for c in claims}
     assert len({c.cell_id for c in claims}) == len(cells), "cell ids are unique across the book"
+
+
+# ------------------------------------------------------------------------- scope rules
+
+
+def _matrix(*versions: str) -> MatrixRecord:
+    record = MatrixRecord()
+    for version in versions:
+        record = record.with_run(MatrixRun(version, "0", "now", "3.11.7", Outcome(1, 0, 0)))
+    return record
+
+
+def _scope(*cells: Any, ran: tuple[str, ...] = ("2.8.0", "2.11.0", "2.15.0")) -> list[str]:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [_markdown("# Title"), *cells]
+    return rules.scope_problems(nb, "planted", _matrix(*ran))
+
+
+@pytest.mark.parametrize(
+    ("sentence", "missing"),
+    [
+        ("It holds from 2.8 to 2.15.", "2.9"),
+        ("It holds on torch 2.9-2.11.", "2.9"),
+        ("Since torch 2.9, it warns.", "2.9"),
+        ("Up to 2.14 it raised.", "2.9"),
+        ("Until 2.13 it raised.", "2.12"),
+        ("Before 2.10 it raised.", "2.9"),
+        ("Torch 2.12 and later warn.", "2.12"),
+        ("Torch 2.9 and earlier raise.", "2.9"),
+    ],
+)
+def test_6a_a_range_of_releases_the_matrix_did_not_run_fails(sentence: str, missing: str) -> None:
+    problems = _scope(_markdown(sentence), _code(f"# Claim: {sentence}\n{GOOD}"))
+    assert len(problems) == 2, problems  # the prose and the claim
+    assert all(f"never ran {missing}" in p or f", {missing}" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "It holds on 2.8, 2.11 and 2.15.",  # names the releases checked
+        "From 2.8 to 2.11 it holds.",  # every minor in between ran (below)
+        "Since 2.14 it warns.",
+        "Torch 2.8 and 2.15 agree.",  # two releases, not a range
+        "It changed in 2.15.",
+    ],
+)
+def test_6a_releases_named_or_fully_run_pass(sentence: str) -> None:
+    ran = ("2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.14.1", "2.15.0")
+    assert _scope(_markdown(sentence), _code(f"# Claim: {sentence}\n{GOOD}"), ran=ran) == []
+
+
+def test_6a_history_in_a_context_cell_is_not_a_claim() -> None:
+    context = _markdown(
+        "Fixed in torch 2.6, before 2.10 unsafe ([advisory](https://x.org)).", ("context",)
+    )
+    assert _scope(context) == []
+
+
+BRANCHED = """# Claim: `torch.thing` is 2 on torch 2.11 and 2.15, 1 on 2.8.
+if torch.__version__ >= "2.11":
+    expected = 2
+else:
+    expected = 1
+assert torch.thing == expected
+"""
+
+
+def test_6b_a_branch_checked_in_both_ways_and_taken_both_ways_passes() -> None:
+    assert _scope(_code(BRANCHED)) == []
+    cell = _code(BRANCHED.replace("assert torch.thing == expected", "")
+                 .replace("expected = 2", "assert torch.thing == 2")
+                 .replace("expected = 1", "assert torch.thing == 1"))  # fmt: skip
+    assert _scope(cell) == []
+
+
+def test_6b_a_branch_without_a_check_fails() -> None:
+    cell = _code('# Claim: `torch.thing` is 2 on torch 2.11 and 2.15.\nif torch.__version__ >= "2.11":\n'
+                 "    assert torch.thing == 2\n")  # fmt: skip
+    problems = _scope(cell)
+    assert len(problems) == 1
+    assert "its else (or what follows) checks nothing" in problems[0]
+
+
+def test_6b_a_branch_no_release_of_the_matrix_takes_fails() -> None:
+    cell = _code(
+        BRANCHED.replace('"2.11"', '"2.16"').replace("`torch.thing`", "`torch.thing` (2.16)")
+    )
+    problems = _scope(cell)
+    assert len(problems) == 1
+    assert "'then' branch is taken by no release" in problems[0]
+
+
+def test_6b_the_branch_taken_follows_torchs_version_order() -> None:
+    (branch,) = rules.version_branches(BRANCHED)
+    assert [branch.taken(v) for v in ("2.9.1", "2.10.0", "2.11.0", "2.15.0+cu132")] == [
+        "else", "else", "then", "then"
+    ]  # fmt: skip
+    assert rules.version_branches("if torch.cuda.is_available():\n    pass\n") == []
+
+
+def test_6c_a_universal_claim_checked_on_one_case_fails() -> None:
+    one = _code(
+        "# Claim: `sum` of every int tensor is an int.\nassert torch.tensor([1]).sum().dtype == torch.int64"
+    )
+    (problem,) = _scope(one)
+    assert "says 'every' but checks one case" in problem
+
+
+def test_6c_a_loop_or_a_reviewed_exemption_passes() -> None:
+    loop = _code("# Claim: `sum` of every int dtype is int64.\n"
+                 "for d in (torch.int8, torch.int32):\n    assert torch.ones(1, dtype=d).sum().dtype == torch.int64")  # fmt: skip
+    exempt = _code("# Claim: `x.all()` is True for any True 0-d bool tensor.\n"
+                   "# Whole domain: a 0-d bool tensor that is True has one value.\n"
+                   "assert torch.tensor(True).item() is True")  # fmt: skip
+    assert _scope(loop, exempt) == []
+
+
+@pytest.mark.parametrize("chapter", memobook.chapters(), ids=lambda c: c.name)
+def test_every_chapter_keeps_the_scope_rules(chapter: memobook.Chapter) -> None:
+    """Ranges name only releases the matrix ran (book/_data/matrix.json), version branches
+    check and are taken, universal claims loop (memobook.claims.scope_problems)."""
+    assert rules.scope_problems(chapter.load(), chapter.name) == []
