@@ -2,14 +2,18 @@
 
 Usage::
 
-    python -m memobook.matrix                  # every release of versions.toml
-    python -m memobook.matrix --release 2.15.0 # some of them
-    python -m memobook.matrix --newest         # the newest torch on the package index
+    python -m memobook.matrix                   # every release of versions.toml, each
+                                                # on every Python it lists
+    python -m memobook.matrix 2.12.1            # one release (nox -s matrix -- 2.12.1)
+    python -m memobook.matrix 2.15.0 --python 3.13   # one release on one Python
+    python -m memobook.matrix --newest          # the newest torch on the package index
 
-For each release, an environment ``.nox/matrix/torch-VERSION`` is built from the package
-index (once; rebuilt when what it is built from changes): that torch and torchvision,
-the rest of ``pins.txt``, the test tools, and the package itself, installed as a reader
-installs it (not editable). The machine-wide pip constraints, if any, are replaced by
+For each release and Python, an environment ``.nox/matrix/torch-VERSION-pyX.Y`` is
+built from the package index (once; rebuilt when what it is built from changes; with uv,
+installs after the first come from uv's cache): that torch and torchvision, the rest of
+``pins.txt``, the test dependency group only, and the package itself, installed as a
+reader installs it (not editable). The Python comes from PATH (``python3.12``, as CI's
+setup-python puts it) or pyenv. The machine-wide pip constraints, if any, are replaced by
 this release's own (``PIP_CONSTRAINT``). Then, in that environment:
 
 - the unit tests, less those about the pinned stack itself (marker ``pinned_stack``) and
@@ -20,8 +24,10 @@ this release's own (``PIP_CONSTRAINT``). Then, in that environment:
   checkout, against the installed package, as on Colab: a chapter that assumes it runs
   inside the repository, or from ``book/``, fails here.
 
-The outcomes are written to ``book/_data/matrix.json`` (:class:`~memobook.record.MatrixRecord`);
-the status page shows chapter x release. The exit status is 1 when anything failed, so
+The outcomes are written to ``book/_data/matrix.json`` (:class:`~memobook.record.MatrixRecord`):
+per chapter, and per claim cell (its outcome, its source's digest, and the version
+branches it took). The status page shows chapter x release, the memo each claim's
+releases, and the claims checker's scope rules read it. The exit status is 1 when anything failed, so
 a scheduled run on the newest release fails visibly when a claim breaks.
 """
 
@@ -31,6 +37,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,9 +47,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import memobook
-from memobook.record import MATRIX, MatrixRecord, MatrixRun, Outcome, now
+from memobook.record import (
+    MATRIX,
+    ClaimOutcome,
+    MatrixRecord,
+    MatrixRun,
+    Outcome,
+    now,
+    source_digest,
+)
 
 VERSIONS = memobook.ROOT / "versions.toml"
+DEFAULT_PYTHON = "3.11"
+"""The Python a release of ``versions.toml`` runs on when it names none."""
 ENVS = memobook.ROOT / ".nox" / "matrix"
 UNIT_ARGS = (
     "--doctest-modules",
@@ -61,11 +78,13 @@ UNIT_ARGS = (
 
 @dataclass(frozen=True)
 class Release:
-    """A torch release of the matrix and its torchvision (``None``: the newest)."""
+    """A torch release of the matrix and its torchvision (``None``: the newest), and the
+    Pythons (``"3.12"``) it runs on."""
 
     torch: str | None
     torchvision: str | None
     role: str = ""
+    pythons: tuple[str, ...] = (DEFAULT_PYTHON,)
 
 
 def releases(path: Path = VERSIONS) -> list[Release]:
@@ -77,8 +96,56 @@ def releases(path: Path = VERSIONS) -> list[Release]:
         if missing:
             msg = f"{path.name} release {index} must give {missing} as strings"
             raise ValueError(msg)
-        found.append(Release(entry["torch"], entry["torchvision"], str(entry.get("role", ""))))
+        pythons = entry.get("python", [DEFAULT_PYTHON])
+        if (
+            not isinstance(pythons, list)
+            or not pythons
+            or not all(isinstance(p, str) and re.fullmatch(r"3\.\d+", p) for p in pythons)
+        ):
+            msg = (
+                f"{path.name} release {index} (torch {entry['torch']}): python must be a "
+                f'non-empty list of versions such as ["3.11", "3.12"], got {pythons!r}'
+            )
+            raise ValueError(msg)
+        found.append(
+            Release(
+                entry["torch"], entry["torchvision"], str(entry.get("role", "")), tuple(pythons)
+            )
+        )
     return found
+
+
+def pythons(listed: list[Release] | None = None) -> list[str]:
+    """Every Python the matrix runs on, oldest first (``pyproject.toml`` declares them)."""
+    found = {p for r in (releases() if listed is None else listed) for p in r.pythons}
+    return sorted(found, key=lambda p: tuple(int(n) for n in p.split(".")))
+
+
+def interpreter(version: str) -> Path:
+    """A Python interpreter of ``version`` (``"3.12"``) on this machine: this one, one on
+    PATH (``python3.12``, as CI's setup-python puts it), or one under pyenv."""
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        return Path(sys.executable)
+    candidates = [shutil.which(f"python{version}")]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates += [str(p) for p in sorted(pyenv.glob(f"{version}.*/bin/python{version}"))]
+    for candidate in candidates:
+        if candidate is None:
+            continue
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return Path(candidate)
+    msg = (
+        f"python {version} is needed for this run of the matrix and was not found "
+        f"(tried python{version} on PATH and {pyenv}/{version}.*): install it, "
+        "or leave it out with --python"
+    )
+    raise FileNotFoundError(msg)
 
 
 def _requirements(release: Release) -> tuple[list[str], str]:
@@ -91,18 +158,35 @@ def _requirements(release: Release) -> tuple[list[str], str]:
     return [torch, vision, *wanted], constraints
 
 
-def build(release: Release, *, log: bool = True) -> Path:
-    """Make (or reuse) the environment of ``release``; return its python."""
-    name = release.torch or "newest"
-    env = ENVS / f"torch-{name}"
-    python = env / "bin" / "python"
+def env_path(release: Release, python: str) -> Path:
+    """The environment of ``release`` on ``python``."""
+    return ENVS / f"torch-{release.torch or 'newest'}-py{python}"
+
+
+def _uv() -> str | None:
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+def build(release: Release, python: str = DEFAULT_PYTHON, *, log: bool = True) -> Path:
+    """Make (or reuse) the environment of ``release`` on ``python``; return its python.
+
+    With uv (``pip install "nox[uv]"``) the environment is made and filled by uv, whose
+    cache serves every release after the first; else by venv and pip."""
+    env = env_path(release, python)
+    name = env.name
+    executable = env / "bin" / "python"
     wanted, constraints = _requirements(release)
     digest = hashlib.sha256(
-        "\n".join([*wanted, memobook.PYPROJECT.read_text(), constraints]).encode()
+        "\n".join([*wanted, memobook.PYPROJECT.read_text(), constraints, python]).encode()
     ).hexdigest()
     stamp = env / ".installed"
     if release.torch is not None and stamp.exists() and stamp.read_text() == digest:
-        return python
+        return executable
     ENVS.mkdir(parents=True, exist_ok=True)
     constraint_file = ENVS / f"constraints-{name}.txt"
     constraint_file.write_text(constraints)
@@ -114,13 +198,21 @@ def build(release: Release, *, log: bool = True) -> Path:
             print("+", " ".join(command), flush=True)
         subprocess.run(command, check=True, env=pip_env, cwd=memobook.ROOT)
 
-    if not python.exists():
-        run(sys.executable, "-m", "venv", str(env))
-    run(str(python), "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1")
-    run(str(python), "-m", "pip", "install", "-q", *wanted)
-    run(str(python), "-m", "pip", "install", "-q", "--group=test")
+    base = interpreter(python)
+    uv = _uv()
+    if uv is not None:
+        if not executable.exists():
+            run(uv, "venv", "-q", "--seed", "--python", str(base), str(env))
+        install = (uv, "pip", "install", "-q", "--python", str(executable))
+        run(*install, "-c", str(constraint_file), *wanted, "--group=test")
+    else:
+        if not executable.exists():
+            run(str(base), "-m", "venv", str(env))
+        run(str(executable), "-m", "pip", "install", "-q", "--upgrade", "pip>=25.1")
+        run(str(executable), "-m", "pip", "install", "-q", *wanted)
+        run(str(executable), "-m", "pip", "install", "-q", "--group=test")
     stamp.write_text(digest)
-    return python
+    return executable
 
 
 def install_package(python: Path, *, log: bool = True) -> None:
@@ -196,9 +288,33 @@ def _outside_the_checkout(folder: Path, paths: list[str]) -> Path:
     return folder
 
 
-def check(release: Release) -> MatrixRun:
-    """Build the environment of ``release`` and run the unit tests and lax nbval there."""
-    python = build(release)
+def claim_outcomes(
+    notebook: Path, chapter_path: str, results: dict[str, str], torch: str
+) -> dict[str, ClaimOutcome]:
+    """Each claim cell's outcome in a lax run, by cell id, from nbval's node ids
+    (``book/views.ipynb::Cell 7``: the 8th code cell), with the cell's source digest and
+    the version branches it took on ``torch``."""
+    from memobook.claims import cell_claims, version_branches
+
+    cells = memobook.code_cells(memobook.load(notebook))
+    found = {}
+    for index, cell in enumerate(cells):
+        text = memobook.source(cell)
+        if not cell_claims(text):
+            continue
+        outcome = results.get(f"{chapter_path}::Cell {index}", "error")
+        found[str(cell.get("id", index))] = ClaimOutcome(
+            outcome,
+            source_digest(text),
+            tuple(branch.taken(torch) for branch in version_branches(text)),
+        )
+    return found
+
+
+def check(release: Release, python_version: str = DEFAULT_PYTHON) -> MatrixRun:
+    """Build the environment of ``release`` on ``python_version`` and run the unit tests
+    and lax nbval there."""
+    python = build(release, python_version)
     install_package(python)
     torch, vision, py = _versions(python)
     print(f"== torch {torch}, torchvision {vision}, Python {py}", flush=True)
@@ -217,41 +333,72 @@ def check(release: Release) -> MatrixRun:
             cwd=outside,
             extra_env=builds,
         )
-    chapters = {}
-    for path in paths:
-        prefix = f"{path}::"
-        chapters[Path(path).stem] = _outcome({k: v for k, v in lax.items() if k.startswith(prefix)})
-    return MatrixRun(torch, vision, now(), py, _outcome(unit), chapters)
+        chapters = {}
+        claims = {}
+        for path in paths:
+            prefix = f"{path}::"
+            name = Path(path).stem
+            chapters[name] = _outcome({k: v for k, v in lax.items() if k.startswith(prefix)})
+            claims[name] = claim_outcomes(outside / path, path, lax, torch)
+    return MatrixRun(torch, vision, now(), py, _outcome(unit), chapters, claims)
+
+
+def jobs(
+    listed: list[Release], names: list[str], pythons_wanted: list[str]
+) -> list[tuple[Release, str]]:
+    """The runs asked for: releases named (all when none), on the Pythons asked (each
+    release's own when none)."""
+    known = {r.torch: r for r in listed}
+    unknown = [v for v in names if v not in known]
+    if unknown:
+        msg = f"releases must be among {list(known)} (versions.toml), got {unknown}"
+        raise ValueError(msg)
+    chosen = [known[v] for v in names] if names else listed
+    return [
+        (release, python)
+        for release in chosen
+        for python in release.pythons
+        if not pythons_wanted or python in pythons_wanted
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memobook.matrix", description=__doc__)
     parser.add_argument(
+        "releases", nargs="*", help="torch version(s) of versions.toml (default: all)"
+    )
+    parser.add_argument(
         "--release", action="append", default=[], help="torch version(s) of versions.toml"
+    )
+    parser.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        help="only the runs on this Python (3.12); default: every Python a release lists",
     )
     parser.add_argument("--newest", action="store_true", help="the newest torch on the index")
     args = parser.parse_args(argv)
     listed = releases()
     if args.newest:
-        chosen = [Release(None, None, "the newest release on the package index")]
-    elif args.release:
-        known = {r.torch: r for r in listed}
-        unknown = [v for v in args.release if v not in known]
-        if unknown:
-            parser.error(f"--release must be one of {list(known)} (versions.toml), got {unknown}")
-        chosen = [known[v] for v in args.release]
+        newest = Release(None, None, "the newest release on the package index")
+        chosen = [(newest, p) for p in (args.python or [DEFAULT_PYTHON])]
     else:
-        chosen = listed
+        try:
+            chosen = jobs(listed, [*args.releases, *args.release], args.python)
+        except ValueError as error:
+            parser.error(str(error))
+        if not chosen:
+            parser.error(f"no release of versions.toml runs on Python {args.python}")
     failed = []
-    for release in chosen:
-        run = check(release)
+    for release, python in chosen:
+        run = check(release, python)
         MatrixRecord.read(MATRIX).with_run(run).write(MATRIX)
         bad = [c for c, o in run.chapters.items() if not o.ok]
-        print(f"torch {run.torch}: unit {run.unit.passed} passed, {run.unit.failed} failed; "
-              f"chapters failing lax: {bad or 'none'}", flush=True)  # fmt: skip
+        print(f"torch {run.torch} on Python {run.python}: unit {run.unit.passed} passed, "
+              f"{run.unit.failed} failed; chapters failing lax: {bad or 'none'}", flush=True)  # fmt: skip
         if bad or not run.unit.ok:
-            failed.append(run.torch)
-    print(f"matrix: {'failures on torch ' + ', '.join(failed) if failed else 'all passed'}")
+            failed.append(run.key)
+    print(f"matrix: {'failures on ' + ', '.join(failed) if failed else 'all passed'}")
     return 1 if failed else 0
 
 

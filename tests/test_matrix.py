@@ -111,3 +111,116 @@ def test_the_package_is_installed_from_the_checkout_leaving_nothing_behind(
     new = {p.name for p in memobook.ROOT.iterdir()} - set(before)
     # `nox` runs the other checks beside this one: their tools may create their caches now.
     assert new <= OTHER_CHECKS_CACHES, f"the install left {sorted(new - OTHER_CHECKS_CACHES)}"
+
+
+# -------------------------------------------------- every minor release, several Pythons
+
+
+def test_the_matrix_lists_every_minor_release_from_the_floor_to_the_newest() -> None:
+    minors = sorted(Version(r.torch or "0").minor for r in releases())
+    assert minors == list(range(minors[0], minors[-1] + 1)), (
+        f"versions.toml skips minor releases of torch 2.x: it lists 2.{minors}"
+    )
+
+
+def test_the_pin_and_an_older_release_run_on_every_python() -> None:
+    listed = releases()
+    everywhere = [r for r in listed if set(r.pythons) == set(matrix.pythons(listed))]
+    pinned = memobook.pins()["torch"]
+    assert any(r.torch == pinned for r in everywhere), "the pin runs on every Python"
+    assert any(Version(r.torch or "0") < Version(pinned) for r in everywhere), (
+        "an older release runs on every Python too"
+    )
+
+
+def test_pyproject_declares_exactly_the_pythons_the_matrix_runs() -> None:
+    project = tomllib.loads(memobook.PYPROJECT.read_text())["project"]
+    declared = sorted(
+        c.rsplit(" :: ", 1)[1]
+        for c in project["classifiers"]
+        if c.startswith("Programming Language :: Python :: 3.")
+    )
+    assert declared == matrix.pythons(), "classifiers name the Pythons of versions.toml"
+    assert project["requires-python"] == f">={matrix.pythons()[0]}"
+
+
+def test_a_release_with_a_bad_python_list_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "versions.toml"
+    bad.write_text('[[release]]\ntorch = "2.8.0"\ntorchvision = "0.23.0"\npython = "3.12"\n')
+    with pytest.raises(ValueError, match=r"python must be a non-empty list of versions"):
+        releases(bad)
+    bad.write_text('[[release]]\ntorch = "2.8.0"\ntorchvision = "0.23.0"\npython = ["3.1x"]\n')
+    with pytest.raises(ValueError, match=r"got \['3.1x'\]"):
+        releases(bad)
+
+
+def test_jobs_are_the_releases_named_on_their_pythons() -> None:
+    listed = [Release("2.8.0", "0.23.0"), Release("2.15.0", "0.29.2", "", ("3.11", "3.13"))]
+    assert [(r.torch, p) for r, p in matrix.jobs(listed, [], [])] == [
+        ("2.8.0", "3.11"), ("2.15.0", "3.11"), ("2.15.0", "3.13")
+    ]  # fmt: skip
+    assert [(r.torch, p) for r, p in matrix.jobs(listed, ["2.15.0"], ["3.13"])] == [
+        ("2.15.0", "3.13")
+    ]
+    with pytest.raises(ValueError, match=r"got \['2.9.0'\]"):
+        matrix.jobs(listed, ["2.9.0"], [])
+
+
+def test_an_interpreter_is_found_or_named_as_missing() -> None:
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert matrix.interpreter(here) == Path(sys.executable)
+    with pytest.raises(FileNotFoundError, match=r"python 3\.99 is needed"):
+        matrix.interpreter("3.99")
+
+
+def test_claim_outcomes_map_nbval_cells_to_claims_and_branches(tmp_path: Path) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# T"),
+        nbformat.v4.new_code_cell("import torch"),
+        nbformat.v4.new_code_cell(
+            '# Claim: it is 2 on 2.15 and 1 on 2.8.\nif torch.__version__ >= "2.15":\n'
+            "    assert 1 + 1 == 2\nelse:\n    assert 1 == 1\n"
+        ),
+        nbformat.v4.new_code_cell("# Claim: a gpu fact.\nassert True"),
+    ]
+    path = tmp_path / "book" / "topic.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    results = {
+        "book/topic.ipynb::Cell 0": "passed",
+        "book/topic.ipynb::Cell 1": "passed",
+        "book/topic.ipynb::Cell 2": "skipped",
+    }
+    found = matrix.claim_outcomes(path, "book/topic.ipynb", results, "2.8.0")
+    ids = [c.id for c in nb.cells]
+    assert set(found) == {ids[2], ids[3]}, "only claim cells"
+    assert found[ids[2]].outcome == "passed"
+    assert found[ids[2]].branches == ("else",)
+    assert found[ids[3]].outcome == "skipped"
+    assert found[ids[3]].branches == ()
+    newer = matrix.claim_outcomes(path, "book/topic.ipynb", results, "2.15.0")
+    assert newer[ids[2]].branches == ("then",)
+    from memobook.record import source_digest
+
+    assert found[ids[2]].source == source_digest(nb.cells[2].source)
+
+
+def test_the_record_keeps_runs_per_release_and_python(tmp_path: Path) -> None:
+    from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome
+
+    path = tmp_path / "matrix.json"
+    ok = Outcome(1, 0, 0)
+    claims = {"views": {"abc": ClaimOutcome("passed", "0123", ("then",))}}
+    record = MatrixRecord()
+    for torch, python in (("2.15.0", "3.13.0"), ("2.9.1", "3.11.7"), ("2.15.0", "3.11.7")):
+        record = record.with_run(MatrixRun(torch, "0", "now", python, ok, {"views": ok}, claims))
+    record = record.with_run(MatrixRun("2.15.0", "0", "later", "3.11.9", ok, {"views": ok}))
+    record.write(path)
+    again = MatrixRecord.read(path)
+    assert list(again.runs) == ["2.9.1 py3.11", "2.15.0 py3.11", "2.15.0 py3.13"]
+    assert again.runs["2.15.0 py3.11"].executed == "later", "the same release and Python replaced"
+    assert again.runs["2.15.0 py3.13"].claims == claims
+    assert again.torch_minors() == {"2.9", "2.15"}
