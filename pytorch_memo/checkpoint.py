@@ -428,11 +428,8 @@ def _write_atomically(target: Path, payload: dict[str, Any], *, shown: str) -> N
         except (pickle.PicklingError, AttributeError, TypeError) as error:
             # what pickle raises for an object it cannot save (a local function, a
             # generator, a lambda found under another name): the same refusal as below
-            problem = (
-                f"was not written: it would hold an object pickle cannot save ({error}); "
-                "keep extra (and any module's get_extra_state) to plain data"
-            )
-            raise UnsafeCheckpointError(shown, problem) from error
+            held = f"an object pickle cannot save ({error})"
+            raise UnsafeCheckpointError(shown, _blamed(payload, held)) from error
         except RuntimeError as error:
             # A failed write (full disk, size limit) reaches torch's zip writer as an
             # OSError, which it reports as "[enforce fail ...] unexpected pos": raise the
@@ -444,11 +441,56 @@ def _write_atomically(target: Path, payload: dict[str, Any], *, shown: str) -> N
         file.flush()
         unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(temporary)
         if unsafe:
-            problem = (
-                f"was not written: it would hold {', '.join(unsafe)}, which "
-                "torch.load(weights_only=True) refuses; keep extra to plain data"
-            )
-            raise UnsafeCheckpointError(shown, problem)
+            held = f"{', '.join(sorted(unsafe))}, which torch.load(weights_only=True) refuses"
+            raise UnsafeCheckpointError(shown, _blamed(payload, held))
+
+
+def _refused(payload: dict[str, Any]) -> list[str]:
+    """The entries of ``payload`` (``model['name']``, ``optimizer``, ``extra['key']``,
+    ...) that pickle cannot save or ``torch.load(weights_only=True)`` refuses: each is
+    saved alone to memory (only once the whole payload was refused)."""
+    import io
+
+    entries: list[tuple[str, Any]] = []
+    for part, value in payload.items():
+        if part in ("model", "extra") and isinstance(value, Mapping):
+            entries += [(f"{part}[{key!r}]", item) for key, item in value.items()]
+        else:
+            entries.append((part, value))
+    refused = []
+    for name, value in entries:
+        if type(value) in (torch.Tensor, nn.Parameter) and not (
+            value.is_nested or value.is_quantized or value.layout != torch.strided
+        ):
+            continue  # a plain dense tensor: always safe
+        memory = io.BytesIO()
+        try:
+            torch.save(value, memory)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            refused.append(name)
+            continue
+        memory.seek(0)
+        if torch.serialization.get_unsafe_globals_in_checkpoint(memory):
+            refused.append(name)
+    return refused
+
+
+def _blamed(payload: dict[str, Any], held: str) -> str:
+    """Why the checkpoint was not written: which entries would hold what, and what to do."""
+    refused = _refused(payload)
+    shown = ", ".join(refused[:4]) + (f" and {len(refused) - 4} more" if len(refused) > 4 else "")
+    advice = []
+    if not refused or any(name.startswith("model[") for name in refused):
+        advice.append(
+            "a module's state must be plain tensors and data (a nested tensor is not: "
+            "convert it, or register the buffer with persistent=False to leave it out; "
+            "a get_extra_state must return plain data)"
+        )
+    if not refused or any(name.startswith("extra[") for name in refused):
+        advice.append("keep extra to plain data")
+    if any(name in ("optimizer", "scheduler") for name in refused):
+        advice.append("an optimizer's and a scheduler's state must be plain data too")
+    return f"was not written: {shown or 'it'} would hold {held}; {'; '.join(advice)}"
 
 
 def _os_error_behind(error: BaseException) -> OSError | None:

@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -1244,3 +1245,46 @@ def test_the_checks_accept_every_torch_optimizer_and_scheduler(
     assert _same(fresh[0].state_dict(), model.state_dict())
     assert _same(fresh[1].state_dict(), optimizer.state_dict())
     assert _same(fresh[2].state_dict(), scheduler.state_dict())
+
+
+# -- issue 24, D12: a refused entry is named where it is ----------------------------------
+
+
+def _nested(layout: torch.layout) -> torch.Tensor:
+    with warnings.catch_warnings():  # "The PyTorch API of nested tensors is in prototype"
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=layout)
+
+
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+def test_a_refused_buffer_is_named_not_blamed_on_extra(
+    layout: torch.layout, tmp_path: Path
+) -> None:
+    # before: "it would hold torch._utils._rebuild_nested_tensor, which
+    # torch.load(weights_only=True) refuses; keep extra to plain data" (extra was empty)
+    model = nn.Linear(2, 2)
+    model.register_buffer("lengths", _nested(layout))
+    path = tmp_path / "c.pt"
+    with pytest.raises(
+        UnsafeCheckpointError,
+        match=r"c\.pt' was not written: model\['lengths'\] would hold torch\.\S*nested.*"
+        r"torch\.load\(weights_only=True\) refuses; a module's state must be plain "
+        r"tensors and data \(a nested tensor is not: .*persistent=False",
+    ) as caught:
+        save_checkpoint(path, model=model, extra={"step": 1}, rng=False)
+    assert "keep extra" not in str(caught.value)
+    assert "extra[" not in str(caught.value)
+    assert not path.exists()
+    assert _leftovers(tmp_path) == []
+    model.register_buffer("lengths", _nested(layout), persistent=False)  # the advice
+    save_checkpoint(path, model=model, extra={"step": 1}, rng=False)
+
+
+def test_a_refused_extra_entry_is_named(tmp_path: Path) -> None:
+    extra = {"step": 1, "lengths": _nested(torch.jagged), "fn": lambda: 0}
+    with pytest.raises(UnsafeCheckpointError, match="pickle cannot save") as caught:
+        save_checkpoint(tmp_path / "c.pt", model=nn.Linear(2, 2), extra=extra, rng=False)
+    message = str(caught.value)
+    assert "was not written: extra['lengths'], extra['fn'] would hold" in message
+    assert message.endswith("; keep extra to plain data")
+    assert "module's state" not in message
