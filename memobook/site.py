@@ -26,7 +26,15 @@ from sphinx.util.nodes import nested_parse_with_titles
 
 import memobook
 from memobook.claims import anchor, cell_claims, chapter_claims
-from memobook.record import MATRIX, MatrixRecord, Outcome, RunRecord, read_record
+from memobook.record import (
+    MATRIX,
+    MatrixRecord,
+    Outcome,
+    RunRecord,
+    minor,
+    read_record,
+    source_digest,
+)
 
 STATIC = Path(__file__).parent / "static"
 HELPERS_TITLE = "Helpers used in this chapter"
@@ -129,7 +137,8 @@ class StatusDirective(SphinxDirective):
 
 
 class MatrixDirective(SphinxDirective):
-    """Chapter x torch release: how each chapter's checks fared in the version matrix."""
+    """Chapter x run of the version matrix (a torch release on a Python): how each
+    chapter's checks fared."""
 
     def run(self) -> list[nodes.Node]:
         srcdir = Path(self.env.srcdir)
@@ -138,8 +147,8 @@ class MatrixDirective(SphinxDirective):
         matrix = MatrixRecord.read(path)
         if not matrix.runs:
             return [nodes.paragraph(text="The version matrix has not run yet (nox -s matrix).")]
-        runs = list(matrix.runs.values())
-        headers = ["chapter", *(f"torch {run.torch}" for run in runs)]
+        runs = matrix.sorted_runs()
+        headers = ["chapter", *(f"torch {run.torch} Python {minor(run.python)}" for run in runs)]
         rows: list[list[nodes.Node | str]] = []
         for chapter in memobook.chapters(srcdir):
             cells: list[nodes.Node | str] = [_doc_link(chapter.docname, chapter.title)]
@@ -159,12 +168,52 @@ class MatrixDirective(SphinxDirective):
         )
         table = _table(headers, rows, css_class="memo-matrix")
         failures = [
-            nodes.list_item("", nodes.paragraph(text=f"torch {run.torch}: {failure}"))
+            nodes.list_item(
+                "", nodes.paragraph(text=f"torch {run.torch}, Python {run.python}: {failure}")
+            )
             for run in runs
             for outcome in (run.unit, *run.chapters.values())
             for failure in outcome.failures
         ]
         return [table] + ([nodes.bullet_list("", *failures)] if failures else [])
+
+
+def _spans(minors: list[str]) -> str:
+    """``["2.8", "2.9", "2.10", "2.15"]`` -> ``2.8-2.10, 2.15``: runs of consecutive minor
+    releases joined (only where every release in between ran)."""
+    numbers = sorted(int(m.split(".")[1]) for m in minors)
+    groups: list[list[int]] = []
+    for number in numbers:
+        if groups and number == groups[-1][-1] + 1:
+            groups[-1].append(number)
+        else:
+            groups.append([number])
+    return ", ".join(f"2.{g[0]}" if len(g) == 1 else f"2.{g[0]}\u20132.{g[-1]}" for g in groups)
+
+
+def claim_releases(matrix: MatrixRecord, chapter: str, cell_id: str, digest: str) -> str:
+    """Where a claim holds, from the matrix runs that ran its cell as it is now: ``torch
+    2.8-2.15 on Python 3.11; 2.11, 2.15 on Python 3.12, 3.13``."""
+    passed: dict[str, list[str]] = {}
+    failed: list[str] = []
+    for run in matrix.sorted_runs():
+        outcome = run.claims.get(chapter, {}).get(cell_id)
+        if outcome is None or outcome.source != digest:
+            continue
+        if outcome.outcome == "passed":
+            passed.setdefault(minor(run.python), []).append(minor(run.torch))
+        elif outcome.outcome in ("failed", "error"):
+            failed.append(f"torch {minor(run.torch)} on Python {minor(run.python)}")
+    if not passed and not failed:
+        return "not yet in the version matrix as it reads now"
+    by_releases: dict[str, list[str]] = {}
+    for python, minors in passed.items():
+        by_releases.setdefault(_spans(minors), []).append(python)
+    parts = [f"{spans} on Python {', '.join(p)}" for spans, p in by_releases.items()]
+    text = f"holds on torch {'; '.join(parts)}" if parts else ""
+    if failed:
+        text += ("; " if text else "") + f"fails on {', '.join(failed)}"
+    return text
 
 
 class TeachingDirective(SphinxDirective):
@@ -261,11 +310,13 @@ def _verified(record: RunRecord | None, matrix: MatrixRecord, chapter: str) -> s
         return "Never executed."
     text = f"Checked with torch {record.torch} on {record.device.upper() if record.device == 'cpu' else record.device} ({record.executed})"
     passed = [
-        v for v, run in matrix.runs.items() if chapter in run.chapters and run.chapters[chapter].ok
+        f"{run.torch} (Python {minor(run.python)})"
+        for run in matrix.sorted_runs()
+        if chapter in run.chapters and run.chapters[chapter].ok
     ]
     failed = [
-        v
-        for v, run in matrix.runs.items()
+        f"{run.torch} (Python {minor(run.python)})"
+        for run in matrix.sorted_runs()
         if chapter in run.chapters and not run.chapters[chapter].ok
     ]
     if passed:
@@ -293,7 +344,8 @@ class ClaimsDirective(SphinxDirective):
         for chapter in memobook.chapters(Path(self.env.srcdir)):
             self.env.note_dependency(str(chapter.path))
             claims = chapter_claims(chapter)
-            record = read_record(chapter.load(), where=str(chapter.path))
+            nb = chapter.load()
+            record = read_record(nb, where=str(chapter.path))
             section = nodes.section(ids=[f"memo-{chapter.name}"], names=[f"memo {chapter.name}"])
             title = nodes.title()
             title += _doc_link(chapter.docname, chapter.title)
@@ -311,6 +363,9 @@ class ClaimsDirective(SphinxDirective):
                 ref.extend(_inline(claim.text))
                 paragraph = nodes.paragraph()
                 paragraph += ref
+                digest = source_digest(memobook.source(nb["cells"][claim.cell]))
+                releases = claim_releases(matrix, chapter.name, claim.cell_id, digest)
+                paragraph += nodes.inline(text=f" ({releases})", classes=["memo-releases"])
                 if claim.gpu:
                     paragraph += nodes.inline(text=f" ({_gpu_note(record)})", classes=["memo-gpu"])
                 item = nodes.list_item()

@@ -224,3 +224,28 @@ def test_the_record_keeps_runs_per_release_and_python(tmp_path: Path) -> None:
     assert again.runs["2.15.0 py3.11"].executed == "later", "the same release and Python replaced"
     assert again.runs["2.15.0 py3.13"].claims == claims
     assert again.torch_minors() == {"2.9", "2.15"}
+
+
+def test_the_memo_names_a_claims_releases_compactly() -> None:
+    from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome
+    from memobook.site import _spans, claim_releases
+
+    assert _spans(["2.8", "2.9", "2.10", "2.15", "2.13"]) == "2.8\u20132.10, 2.13, 2.15"
+    ok = Outcome(1, 0, 0)
+    record = MatrixRecord()
+    runs = [("2.8.0", "3.11.7", "passed", "new"), ("2.9.1", "3.11.7", "passed", "new"),
+            ("2.10.0", "3.11.7", "failed", "new"), ("2.11.0", "3.11.7", "passed", "old"),
+            ("2.11.0", "3.12.1", "passed", "new"), ("2.15.0", "3.12.1", "passed", "new"),
+            ("2.15.0", "3.13.0", "passed", "new")]  # fmt: skip
+    for torch, python, outcome, source in runs:
+        claims = {"views": {"c1": ClaimOutcome(outcome, source)}}
+        record = record.with_run(MatrixRun(torch, "0", "now", python, ok, {}, claims))
+    text = claim_releases(record, "views", "c1", "new")
+    # 2.11 on 3.11 ran an older version of the cell: not counted.
+    assert text == (
+        "holds on torch 2.8\u20132.9 on Python 3.11; 2.11, 2.15 on Python 3.12; "
+        "2.15 on Python 3.13; fails on torch 2.10 on Python 3.11"
+    )
+    assert claim_releases(record, "views", "c1", "edited") == (
+        "not yet in the version matrix as it reads now"
+    )
