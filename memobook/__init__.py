@@ -315,22 +315,63 @@ def package_imports(nb: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def setup_cell_source() -> str:
+def package_release() -> str:
+    """The helper package's release as a pip requirement, ``pytorch-memo==0.1.0``: its
+    name and version from ``pyproject.toml`` (their one home)."""
+    import tomllib
+
+    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    return f"{project['name']}=={project['version']}"
+
+
+def setup_cell_source(*, seconds: int = 300) -> str:
     """The first code cell of every chapter: installs ``pytorch_memo`` where it is missing.
 
-    Its first line says what it is, for readers who see it in JupyterLab or Colab (the
-    site folds it away).
+    It installs the release :func:`package_release` names (the version in
+    ``pyproject.toml``) from the package index, never a moving branch, so a chapter and
+    the helpers it gets stay in step as long as the version is bumped (and released)
+    when the helpers change: bumping it changes every chapter's setup cell
+    (``python -m memobook.scaffold --sync``). pip gets a socket timeout of 15 s and two retries, the whole install at
+    most ``seconds``. A failure (offline, a dead or silent proxy, no pip, no such
+    release) ends the cell with one short message, what failed and what to do, and no
+    traceback: IPython shows an exception's ``_render_traceback_`` instead of its
+    traceback, and Run All stops there. Its first line says what it is, for readers
+    who see it in JupyterLab or Colab (the site folds it away).
     """
+    release = package_release()
     return (
         "# Setup cell (the same in every chapter): installs the book's helper package\n"
-        "# pytorch_memo where it is missing (Colab); does nothing where it is installed.\n"
+        "# where it is missing (Colab), pinned to the book's release.\n"
         "import importlib.util\n"
         "import subprocess\n"
         "import sys\n"
         "\n"
         'if importlib.util.find_spec("pytorch_memo") is None:\n'
-        f'    repo = "git+{repository_url()}@{repository_branch()}"\n'
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "-q", repo], check=True)'
+        f'    release = "{release}"\n'
+        f'    print(f"Installing {{release}} (at most {seconds} s)...")\n'
+        '    pip = [sys.executable, "-m", "pip", "install", "-q", "--timeout", "15"]\n'
+        '    pip += ["--retries", "2", "--disable-pip-version-check", release]\n'
+        "    try:\n"
+        f"        subprocess.run(pip, check=True, capture_output=True, text=True, timeout={seconds})\n"
+        '        error = ""\n'
+        "    except subprocess.TimeoutExpired:\n"
+        f'        error = "pip took more than {seconds} s"\n'
+        "    except subprocess.CalledProcessError as failed:\n"
+        '        error = (failed.stderr.strip() or "pip failed").splitlines()[-1]\n'
+        '        if "Retrying" in failed.stderr:  # pip warned of failed connections\n'
+        '            error = "the package index could not be reached"\n'
+        "    if error:\n"
+        "\n"
+        "        class SetupError(Exception):\n"
+        "            def _render_traceback_(self):  # IPython: the message, no traceback\n"
+        "                return [str(self)]\n"
+        "\n"
+        "        raise SetupError(\n"
+        '            f"Could not install {release}: {error}.\\n"\n'
+        '            "Check the network, or install it yourself, then restart the kernel:\\n"\n'
+        '            f"  pip install {release}, or in a clone of\\n"\n'
+        f'            "  {repository_url()}: pip install -e ."\n'
+        "        )"
     )
 
 

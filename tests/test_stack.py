@@ -78,8 +78,9 @@ def test_installed_stack_is_the_pinned_one() -> None:
         assert version(name).split("+")[0] == pinned, f"{name} {version(name)} != pins.txt {pinned}"
 
 
-def test_setup_cell_installs_from_the_configured_repository() -> None:
+def test_setup_cell_installs_the_release_and_names_the_configured_repository() -> None:
     url = memobook.repository_url()
     assert url.startswith("https://github.com/")
-    assert f"git+{url}@main" in memobook.setup_cell_source()
+    assert f'release = "{memobook.package_release()}"' in memobook.setup_cell_source()
+    assert f"{url}: pip install -e ." in memobook.setup_cell_source()  # its advice
     assert memobook.config()["repository"]["branch"] == "main"
