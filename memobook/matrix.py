@@ -377,8 +377,30 @@ def main(argv: list[str] | None = None) -> int:
         help="only the runs on this Python (3.12); default: every Python a release lists",
     )
     parser.add_argument("--newest", action="store_true", help="the newest torch on the index")
+    parser.add_argument(
+        "--jobs", action="store_true", help="print the runs as JSON (CI's strategy matrix)"
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="RECORD",
+        type=Path,
+        help="merge these records (matrix.json files of single runs) into book/_data/matrix.json",
+    )
     args = parser.parse_args(argv)
     listed = releases()
+    if args.jobs:
+        chosen_jobs = jobs(listed, [*args.releases, *args.release], args.python)
+        print(json.dumps([{"torch": r.torch, "python": p} for r, p in chosen_jobs]))
+        return 0
+    if args.merge:
+        merged = MatrixRecord.read(MATRIX)
+        for path in args.merge:
+            for run in MatrixRecord.read(path).runs.values():
+                merged = merged.with_run(run)
+        merged.write(MATRIX)
+        print(f"{MATRIX.name}: {len(merged.runs)} runs")
+        return 0
     if args.newest:
         newest = Release(None, None, "the newest release on the package index")
         chosen = [(newest, p) for p in (args.python or [DEFAULT_PYTHON])]

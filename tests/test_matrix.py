@@ -249,3 +249,45 @@ def test_the_memo_names_a_claims_releases_compactly() -> None:
     assert claim_releases(record, "views", "c1", "edited") == (
         "not yet in the version matrix as it reads now"
     )
+
+
+def test_jobs_print_ci_s_strategy_and_records_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memobook.record import MatrixRecord, MatrixRun, Outcome
+
+    assert matrix.main(["--jobs", "2.15.0"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown == [{"torch": "2.15.0", "python": p} for p in ("3.11", "3.12", "3.13")]
+    target = tmp_path / "matrix.json"
+    monkeypatch.setattr(matrix, "MATRIX", target)
+    MatrixRecord().with_run(MatrixRun("2.8.0", "0", "then", "3.11.7", Outcome(1, 0, 0))).write(
+        target
+    )
+    parts = []
+    for torch, python in (("2.9.1", "3.11.7"), ("2.8.0", "3.11.7")):
+        part = tmp_path / f"{torch}.json"
+        MatrixRecord().with_run(MatrixRun(torch, "0", "now", python, Outcome(2, 0, 0))).write(part)
+        parts.append(str(part))
+    assert matrix.main(["--merge", *parts]) == 0
+    merged = MatrixRecord.read(target)
+    assert list(merged.runs) == ["2.8.0 py3.11", "2.9.1 py3.11"]
+    assert merged.runs["2.8.0 py3.11"].executed == "now", "a newer run replaces the older"
+
+
+def test_the_workflow_runs_one_job_per_release_and_python() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((memobook.ROOT / ".github/workflows/matrix.yml").read_text())
+    plan = " ".join(str(s.get("run", "")) for s in workflow["jobs"]["plan"]["steps"])
+    assert "python -m memobook.matrix --jobs" in plan
+    job = workflow["jobs"]["matrix"]
+    assert job["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.plan.outputs.jobs) }}"
+    runs = " ".join(str(s.get("run", "")) for s in job["steps"])
+    assert "nox -s matrix -- ${{ matrix.torch }} --python ${{ matrix.python }}" in runs
+    setup = next(s for s in job["steps"] if "setup-python" in str(s.get("uses", "")))
+    assert "${{ matrix.python }}" in setup["with"]["python-version"]
+    merge = " ".join(str(s.get("run", "")) for s in workflow["jobs"]["record"]["steps"])
+    assert "python -m memobook.matrix --merge" in merge
+    assert workflow[True]["schedule"], "weekly"  # YAML reads the key `on` as True
+    assert "workflow_dispatch" in workflow[True]
