@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
+PR_SET_PDEATHSIG = 1
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """The signals a tool rolls back on (SIGKILL cannot be caught: see the journal of
 :mod:`memobook.scaffold` and the watchdog of :mod:`memobook.execute`)."""
@@ -55,6 +57,8 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.written = False
+        """Whether the write it interrupted was complete (the signal came at its end)."""
 
     @property
     def name(self) -> str:
@@ -86,6 +90,20 @@ def signals_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def _committing() -> Iterator[list[bool]]:
+    """:func:`signals_blocked` for a write: the block sets ``done[0]`` once the write is
+    complete, and a signal that arrived meanwhile is an :class:`Interrupted` whose
+    ``written`` says so."""
+    done = [False]
+    try:
+        with signals_blocked():
+            yield done
+    except Interrupted as stop:
+        stop.written = done[0]
+        raise
 
 
 @contextlib.contextmanager
@@ -123,6 +141,20 @@ def interruptible(on_signal: list[Callable[[], object]] | None = None) -> Iterat
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+def die_with_parent() -> None:
+    """Get SIGTERM when the parent process dies (Linux; elsewhere nothing happens)."""
+    if not sys.platform.startswith("linux"):  # pragma: no cover
+        return
+    import ctypes
+
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        return
+    if os.getppid() != parent:  # it died before the request took hold
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 # ---------------------------------------------------------------------------- the lock
@@ -269,7 +301,7 @@ def replace_if_unchanged(path: Path, data: bytes, *, expected: bytes) -> None:
     SIGINT and SIGTERM are held off from the check to the end of the write.
     """
     target = Path(os.path.realpath(path))  # through a symbolic link, as editors write
-    with _temporary(target, data) as (fd, temporary), signals_blocked():
+    with _temporary(target, data) as (fd, temporary), _committing() as done:
         before = _status(target)
         current = _read(target)
         if before is None or current is None:
@@ -281,6 +313,7 @@ def replace_if_unchanged(path: Path, data: bytes, *, expected: bytes) -> None:
         st = os.stat(target)
         if st.st_nlink > 1:  # keep the hard links: write into the file, as editors do
             _write_in_place(target, data, before)
+            done[0] = True
             return
         os.fchmod(fd, stat.S_IMODE(st.st_mode))
         if hasattr(os, "fchown") and (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
@@ -290,6 +323,7 @@ def replace_if_unchanged(path: Path, data: bytes, *, expected: bytes) -> None:
             msg = f"{os.fspath(path)!r} changed after it was read (an edit saved meanwhile?)"
             raise FileChangedError(msg)
         os.replace(temporary, target)
+        done[0] = True
     fsync_directory(target.parent)
 
 
@@ -312,7 +346,7 @@ def _write_in_place(target: Path, data: bytes, before: tuple[int, ...] | None) -
 def create_new(path: Path, data: bytes) -> None:
     """Create ``path`` holding ``data``, whole or not at all; FileExistsError if it
     exists (it is never replaced)."""
-    with _temporary(path, data) as (_, temporary), signals_blocked():
+    with _temporary(path, data) as (_, temporary), _committing() as done:
         try:
             os.link(temporary, path)  # fails if path exists, atomically
         except OSError as error:
@@ -325,16 +359,18 @@ def create_new(path: Path, data: bytes) -> None:
                 msg = f"{os.fspath(path)!r} exists; it was not replaced"
                 raise FileExistsError(errno.EEXIST, msg) from None
             os.replace(temporary, path)
+        done[0] = True
     fsync_directory(path.parent)
 
 
 def replace(path: Path, data: bytes) -> None:
     """Replace (or create) ``path`` with ``data`` atomically, whatever it holds; its
     mode is kept."""
-    with _temporary(path, data) as (fd, temporary), signals_blocked():
+    with _temporary(path, data) as (fd, temporary), _committing() as done:
         with contextlib.suppress(FileNotFoundError):
             os.fchmod(fd, stat.S_IMODE(os.stat(path).st_mode))
         os.replace(temporary, path)
+        done[0] = True
     fsync_directory(path.parent)
 
 

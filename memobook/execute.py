@@ -50,11 +50,15 @@ from jupyter_core.utils import ensure_dir_exists
 from nbclient import NotebookClient
 
 import memobook
-from memobook._guard import FileChangedError, Interrupted, interruptible, replace_if_unchanged
+from memobook._guard import (
+    FileChangedError,
+    Interrupted,
+    die_with_parent,
+    interruptible,
+    replace_if_unchanged,
+)
 from memobook._guard import replace as replace_file
 from memobook.record import GpuRun, RunRecord, now, read_record, write_record
-
-PR_SET_PDEATHSIG = 1
 
 _BOOT = """\
 import ctypes, os, sys
@@ -106,20 +110,6 @@ def device_name() -> str:
     import torch
 
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-
-
-def die_with_parent() -> None:
-    """Get SIGTERM when the parent process dies (Linux; elsewhere nothing happens)."""
-    if not sys.platform.startswith("linux"):  # pragma: no cover
-        return
-    import ctypes
-
-    parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        return
-    if os.getppid() != parent:  # it died before the request took hold
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class _Keeper:
@@ -362,9 +352,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"memobook.execute: {error}", file=sys.stderr, flush=True)
             return 1
         except Interrupted as stop:
+            what = "its new outputs were written" if stop.written else "was not written"
             print(
-                f"memobook.execute: stopped by {stop.name}: {shown} was not written; "
-                "its kernel was stopped",
+                f"memobook.execute: stopped by {stop.name}: {shown} {what}; its kernel was stopped",
                 file=sys.stderr,
                 flush=True,
             )

@@ -50,12 +50,13 @@ def make_book(root: Path, chapters: dict[str, str], *, package: bool = False) ->
         (root / "tests").mkdir()
     (root / "book").mkdir()
     (root / "book" / "intro.md").write_text("# Intro\n")
+    (root / "book" / "memo.md").write_text("# The memo\n")
     for topic, text in chapters.items():
         (root / "book" / f"{topic}.ipynb").write_text(text)
     listed = "".join(f"      - file: book/{topic}\n" for topic in chapters)
     (root / "_toc.yml").write_text(
         "format: jb-book\nroot: book/intro\nparts:\n  - caption: Tensors\n    numbered: true\n"
-        f"    chapters:\n{listed}  - caption: Reference\n    chapters:\n      - file: book/intro\n"
+        f"    chapters:\n{listed}  - caption: Reference\n    chapters:\n      - file: book/memo\n"
     )
     (root / "runtime").mkdir()
     (root / "tmp").mkdir()
@@ -143,3 +144,14 @@ def finish(process: subprocess.Popen[str], timeout: float = 120) -> str:
 def sources(path: Path) -> list[str]:
     """The sources of a notebook's cells (it must be valid JSON)."""
     return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file of the book (not ``_build``, nor the runtime and temporary folders),
+    hidden ones included: its path relative to ``root`` -> its bytes."""
+    skip = ("_build", "runtime", "tmp", "memobook")
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] not in skip and "__pycache__" not in p.parts
+    }

@@ -9,8 +9,10 @@ chapter and strict nbval of the new chapter.
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -20,6 +22,7 @@ import pytest
 
 import memobook
 from memobook import scaffold
+from tests.authorbook import environment, make_book, notebook, snapshot
 
 pytestmark = pytest.mark.early  # a long file: handed out first (tests/conftest.py)
 
@@ -145,3 +148,168 @@ def test_a_taken_or_bad_topic_writes_nothing(copy: Path) -> None:
         scaffold.new_chapter("fine", title="Fine", part="Reference", root=copy, execute=False)
     assert (copy / "_toc.yml").read_text() == before
     assert not (copy / "book" / "fine.ipynb").exists()
+
+
+# ------------------------------------------- the scaffold never leaves half a chapter
+# These run in a small throwaway book (tests/authorbook.py), not the copy above.
+
+
+@pytest.fixture
+def book(tmp_path: Path) -> Path:
+    """A book with one chapter, the package and a tests folder."""
+    return make_book(tmp_path, {"first": notebook("1 + 1")}, package=True)
+
+
+@pytest.mark.parametrize(
+    ("topic", "rule"),
+    [
+        ("intro", r"is taken: it names an existing page \['book/intro.md'\]"),
+        ("memo", r"is taken: it names an existing page \['book/memo.md'\]"),
+        ("con", "a file name Windows reserves"),
+        ("nul", "a file name Windows reserves"),
+        ("com1", "a file name Windows reserves"),
+        ("lpt9", "a file name Windows reserves"),
+        ("a" * 41, "at most 40 characters .* got 41"),
+        ("a" * 249, "at most 40 characters .* got 249"),
+    ],
+)
+def test_a_topic_that_names_a_page_or_a_reserved_name_or_is_too_long_is_refused(
+    book: Path, topic: str, rule: str
+) -> None:
+    """D6: each is refused before anything is written, with the rule it breaks."""
+    before = snapshot(book)
+    with pytest.raises(scaffold.ScaffoldError, match=rule):
+        scaffold.new_chapter(topic, title="A title", root=book, execute=False)
+    assert snapshot(book) == before
+
+
+def test_a_topic_of_40_characters_is_fine(book: Path) -> None:
+    topic = "a" * 40
+    scaffold.new_chapter(topic, title="Long", root=book, execute=False)
+    assert (book / "book" / f"{topic}.ipynb").is_file()
+
+
+@pytest.mark.parametrize(
+    "title",
+    ['Quotes """ inside', "C:\\Users\\x", 'Ends with a quote"', "Ends with \\", "'Single' \"x\""],
+)
+def test_any_printable_title_is_written_as_itself(book: Path, title: str) -> None:
+    """D5: the title reaches the module's docstring and the notebook's heading intact
+    (it was pasted unescaped into Python: a SyntaxError)."""
+    scaffold.new_chapter("titled", title=title, root=book, execute=False)
+    text = (book / "pytorch_memo" / "titled.py").read_text()
+    assert f"*{title}*" in (ast.get_docstring(ast.parse(text)) or "")
+    assert memobook.title_of(memobook.load(book / "book" / "titled.ipynb")) == title
+
+
+@pytest.mark.parametrize("title", ["Tab\there", "Escape \x1b[31m", "Line\u2028separator", " "])
+def test_a_title_with_control_characters_is_refused(book: Path, title: str) -> None:
+    before = snapshot(book)
+    with pytest.raises(scaffold.ScaffoldError, match="one non-empty line of printable"):
+        scaffold.new_chapter("titled", title=title, root=book, execute=False)
+    assert snapshot(book) == before
+
+
+def test_a_failed_execute_step_rolls_back_every_file(
+    book: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """D5: when the execute step fails, nothing of the chapter is left (the rerun used to
+    say "topic is taken"), and the command says so in a few lines, not a traceback."""
+    import memobook.execute
+
+    def fails(path: Path, **options: object) -> None:
+        raise RuntimeError("the kernel died")
+
+    monkeypatch.setattr(memobook.execute, "execute", fails)
+    monkeypatch.setattr(memobook, "ROOT", book)
+    before = snapshot(book)
+    try:
+        status: object = scaffold.main(["failing", "--title", "Fails"])
+    except RuntimeError as error:  # how it ended before: a traceback
+        status = error
+    err = capsys.readouterr().err
+    assert snapshot(book) == before, "a file of the failed chapter was left"
+    assert status == 1
+    assert "rolled back the unfinished chapter 'failing'" in err, err
+    assert "could not be made, and nothing of it is left" in err, err
+    assert "RuntimeError: the kernel died" in err
+    assert "Traceback" not in err
+    assert not (book / "_build" / "scaffold" / "journal.json").exists()
+
+
+KILLS_ITSELF = (
+    "import os, sys\n"
+    "import memobook.execute\n"
+    "memobook.execute.execute = lambda path, **options: os.kill(os.getpid(), 9)\n"
+    "from memobook import scaffold\n"
+    "sys.exit(scaffold.main(sys.argv[1:]))\n"
+)
+"""The scaffold, SIGKILLed in its execute step."""
+
+
+def test_the_next_scaffold_repairs_what_a_killed_one_left(book: Path) -> None:
+    """D5: a SIGKILL in the execute step leaves files and a _toc.yml entry; the next
+    scaffold of the book removes them, says so, and the topic is free again."""
+    before = snapshot(book)
+    env = environment(book)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLS_ITSELF, "half", "--title", "Half"],
+        cwd=book, env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert snapshot(book) != before, "the killed scaffold had written something"
+    again = subprocess.run(
+        [sys.executable, "-m", "memobook.scaffold", "half", "--title", "Half", "--no-execute"],
+        cwd=book, env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "a scaffold stopped before it finished: rolled back the unfinished chapter 'half'" in (
+        again.stderr
+    )
+    assert [c.name for c in memobook.chapters(book)] == ["first", "half"]
+    assert not [p for p in (book / "book").iterdir() if p.name.startswith(".")]
+
+
+RACER = (
+    "import sys\n"
+    "from memobook import scaffold\n"
+    "print('ready', flush=True)\n"
+    "sys.stdin.readline()\n"
+    "sys.exit(scaffold.main(sys.argv[1:]))\n"
+)
+"""The scaffold, started when a line arrives (so that several start at once)."""
+
+
+def test_scaffolds_at_once_lose_no_entry_and_never_share_a_topic(book: Path) -> None:
+    """D4: four scaffolds released at the same moment, two of them of the same topic:
+    every other topic gets its entry, and one of the two is refused (it used to
+    overwrite the other's chapter)."""
+    runs = [("alpha", "Alpha one"), ("beta", "Beta"), ("alpha", "Alpha two"), ("gamma", "Gamma")]
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, topic, "--title", title, "--no-execute"],
+            cwd=book,
+            env=environment(book),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for topic, title in runs
+    ]
+    for racer in racers:
+        assert racer.stdout is not None
+        assert racer.stdout.readline().strip() == "ready"
+    for racer in racers:
+        assert racer.stdin is not None
+        racer.stdin.write("go\n")
+        racer.stdin.flush()
+    outcomes = [racer.communicate(timeout=120) for racer in racers]
+    statuses = [racer.returncode for racer in racers]
+    assert sorted(c.name for c in memobook.chapters(book)) == ["alpha", "beta", "first", "gamma"]
+    assert statuses[1] == statuses[3] == 0, outcomes
+    assert sorted([statuses[0], statuses[2]]) == [0, 2], outcomes  # argparse's error: 2
+    loser = 0 if statuses[0] else 2
+    assert "topic 'alpha' is taken" in outcomes[loser][1]
+    winner_title = runs[2 - loser][1]
+    assert memobook.title_of(memobook.load(book / "book" / "alpha.ipynb")) == winner_title
