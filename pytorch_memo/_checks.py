@@ -379,6 +379,14 @@ def check_device(
 ) -> torch.device | None:
     """Parse a device given as a str or :class:`torch.device`: the helpers' one parser.
 
+    Every helper that takes a device checks it here, so one rule holds for all of them:
+    a string torch parses, and for the CPU no index but 0. torch parses ``"cpu:1"``, but
+    its devices require a CPU index of 0 or none (``c10::Device::validate``, checked
+    only in debug builds): a tensor made on ``"cpu:1"`` lands on ``"cpu"``, and
+    ``torch.load(map_location="cpu:1")`` fails. So ``"cpu:1"`` is refused everywhere,
+    and ``"cpu:0"`` is returned as ``device("cpu")``, the one spelling ``torch.load``
+    takes.
+
     Args:
         name: the argument's name, for the messages.
         value: ``"cpu"``, ``"cuda:1"``, ``torch.device("mps")``... (or None if ``optional``).
@@ -386,11 +394,12 @@ def check_device(
         optional: accept None (and return it).
 
     Returns:
-        The :class:`torch.device`, or None.
+        The :class:`torch.device` (the CPU as ``device(type='cpu')``), or None.
 
     Raises:
         TypeError: ``value`` is neither a str nor a device (nor None when ``optional``).
-        ValueError: torch does not parse the string, or its type is not in ``types``.
+        ValueError: torch does not parse the string, it names a CPU with an index other
+            than 0 (``"cpu:1"``), or its type is not in ``types``.
 
     Example:
         >>> check_device("device", "cuda:1", types=("cpu", "cuda"))
@@ -399,6 +408,10 @@ def check_device(
         Traceback (most recent call last):
         ...
         ValueError: device must be a cpu or cuda device, got 'meta'
+        >>> check_device("device", "cpu:1")
+        Traceback (most recent call last):
+        ...
+        ValueError: device must be 'cpu' or 'cpu:0' for the CPU, got 'cpu:1': torch has one CPU device (a tensor made on 'cpu:1' lands on 'cpu', and torch.load refuses 'cpu:1')
     """
     if value is None and optional:
         return None
@@ -414,6 +427,15 @@ def check_device(
         spelled = "a str, a torch.device or None" if optional else "a str or a torch.device"
         msg = f"{name} must be {spelled}, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
+    if device.type == "cpu" and device.index not in (None, 0):
+        msg = (
+            f"{name} must be 'cpu' or 'cpu:0' for the CPU, got {_shown(value)}: torch has "
+            "one CPU device (a tensor made on 'cpu:1' lands on 'cpu', and torch.load "
+            "refuses 'cpu:1')"
+        )
+        raise ValueError(msg)
+    if device.type == "cpu":
+        device = torch.device("cpu")  # "cpu:0" is the same device, which torch.load refuses
     if types is not None and device.type not in types:
         kinds = " or ".join(types)
         msg = f"{name} must be a {kinds} device, got {str(device)!r}"

@@ -57,21 +57,36 @@ def _kind(name: str) -> str:
     return "metadata"
 
 
-class _CappedReads:
-    """A file whose reads are refused above ``_MAX_READ`` bytes: zipfile reads a zip's
-    index in one piece, as large as the end of the file claims it is."""
+class ZipView:
+    """A file as :mod:`zipfile` should read an untrusted archive (private to the package).
 
-    def __init__(self, file: IO[bytes], size: int) -> None:
-        self.file, self.size = file, size
+    zipfile trusts the offsets in a zip's end record: a damaged one makes it seek before
+    the file's start, which the OS answers with ``OSError: [Errno 22] Invalid
+    argument``, an error that reads like a failing disk. Here such a seek raises
+    :class:`DamagedZipError` instead, and with ``limit`` a read of more than ``limit``
+    bytes at once (zipfile reads a zip's index in one piece, as large as the end of the
+    file claims it is) raises it too. Real I/O errors stay ``OSError``.
+    """
 
-    def read(self, count: int = -1) -> bytes:
+    def __init__(self, file: IO[bytes], size: int, *, limit: int | None = None) -> None:
+        self.file, self.size, self.limit = file, size, limit
+
+    def read(self, count: int | None = -1) -> bytes:
         wanted = self.size - self.file.tell() if count is None or count < 0 else count
-        if wanted > _MAX_READ:
-            msg = f"a read of {wanted} bytes (the zip's index as its end claims it)"
-            raise _TooLargeError(msg)
-        return self.file.read(count)
+        if self.limit is not None and wanted > self.limit:
+            msg = (
+                f"it asks for a read of {wanted} bytes (the zip's index as its end claims "
+                f"it), over {self.limit >> 20} MiB"
+            )
+            raise DamagedZipError(msg)
+        return self.file.read(-1 if count is None else count)
 
-    def seek(self, offset: int, whence: int = 0) -> int:
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        start = {os.SEEK_SET: 0, os.SEEK_CUR: self.file.tell(), os.SEEK_END: self.size}
+        target = start.get(whence, 0) + offset
+        if target < 0:
+            msg = f"its offsets point {-target} bytes before the start of the file"
+            raise DamagedZipError(msg)
         return self.file.seek(offset, whence)
 
     def tell(self) -> int:
@@ -81,8 +96,19 @@ class _CappedReads:
         return True
 
 
-class _TooLargeError(Exception):
-    pass
+class DamagedZipError(OSError):
+    """A zip archive whose own bytes (its end record, index or headers) are damaged.
+
+    An OSError because zipfile catches OSError from the seek it uses to probe a file
+    too short to be a zip (and then reports "not a zip file"); callers catch it before
+    OSError, which they report as a failed read."""
+
+
+def _reading_failed(error: OSError, shown: str) -> OSError:
+    """An I/O error while reading (the file may be fine): an OSError naming the path."""
+    if error.errno is None:
+        return OSError(f"reading {shown!r} failed: {error}")
+    return OSError(error.errno, f"reading {shown!r} failed: {error.strerror}")
 
 
 def _read_records(path: Any) -> tuple[list[Record], int]:
@@ -91,48 +117,51 @@ def _read_records(path: Any) -> tuple[list[Record], int]:
     shown = os.fspath(path)
     with open_regular(source, shown, expected="a torch.save file") as file:
         size = os.fstat(file.fileno()).st_size
+        view = ZipView(file, size, limit=_MAX_READ)
         try:
-            archive = zipfile.ZipFile(_CappedReads(file, size))
+            archive = zipfile.ZipFile(view)
+            with archive:
+                records = [_record(view, info, size, shown) for info in archive.infolist()]
+        except DamagedZipError as error:
+            msg = f"path {shown!r} is a damaged zip archive: {error}"
+            raise ValueError(msg) from error
+        except OSError as error:  # reading failed: not the file's bytes
+            raise _reading_failed(error, shown) from error
         except zipfile.BadZipFile as error:
             msg = f"path {shown!r} is not a zip archive (expected a torch.save file): {error}"
-            raise ValueError(msg) from error
-        except OSError:
-            raise
-        except _TooLargeError as error:
-            msg = f"path {shown!r} is a damaged zip archive: it asks for {error}, over 64 MiB"
             raise ValueError(msg) from error
         except Exception as error:  # UnicodeDecodeError, struct.error, ... on damaged bytes
             msg = f"path {shown!r} is a damaged zip archive: {type(error).__name__}: {error}"
             raise ValueError(msg) from error
-        records = []
-        with archive:
-            for info in archive.infolist():
-                start = _data_start(file, info, size, shown)
-                name = info.filename.split("/", 1)[1] if "/" in info.filename else info.filename
-                records.append(Record(name, _kind(name), start, info.compress_size))
     return sorted(records, key=lambda r: r.offset), size
 
 
-def _data_start(file: IO[bytes], info: zipfile.ZipInfo, size: int, shown: str) -> int:
-    """Where a record's bytes start: after its local header, name and extra field."""
+def _record(file: ZipView, info: zipfile.ZipInfo, size: int, shown: str) -> Record:
+    start = record_start(file, info, size)
+    name = info.filename.split("/", 1)[1] if "/" in info.filename else info.filename
+    return Record(name, _kind(name), start, info.compress_size)
+
+
+def record_start(file: ZipView, info: zipfile.ZipInfo, size: int) -> int:
+    """Where a record's bytes start: after its local header, name and extra field.
+
+    Raises :class:`DamagedZipError` if it has no local header there, or ends past the
+    end of the file (``size`` bytes); a header offset before the file's start is refused
+    by ``file``'s seek."""
     file.seek(info.header_offset)
     raw = file.read(_LOCAL_HEADER.size)
     if len(raw) < _LOCAL_HEADER.size or not raw.startswith(_LOCAL_MAGIC):
-        msg = (
-            f"path {shown!r} is a damaged zip archive: record {info.filename!r} has no "
-            f"local header at byte {info.header_offset}"
-        )
-        raise ValueError(msg)
+        msg = f"record {info.filename!r} has no local header at byte {info.header_offset}"
+        raise DamagedZipError(msg)
     header = _LOCAL_HEADER.unpack(raw)
     name_length, extra_length = header[-2], header[-1]
     start: int = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
     if start + info.compress_size > size:
         msg = (
-            f"path {shown!r} is a damaged zip archive: record {info.filename!r} "
-            f"({info.compress_size} bytes from byte {start}) ends past the end of the "
-            f"file ({size} bytes)"
+            f"record {info.filename!r} ({info.compress_size} bytes from byte {start}) "
+            f"ends past the end of the file ({size} bytes)"
         )
-        raise ValueError(msg)
+        raise DamagedZipError(msg)
     return start
 
 
@@ -153,8 +182,10 @@ def archive_records(path: str | os.PathLike[str]) -> list[Record]:
         FileNotFoundError: ``path`` does not exist.
         IsADirectoryError: ``path`` is a directory.
         shutil.SpecialFileError: ``path`` is a FIFO, a device or a socket.
-        ValueError: the file is not a zip archive, or a damaged one; ``path`` contains
-            a NUL byte.
+        ValueError: the file is not a zip archive, or a damaged one (its end record,
+            index or a header); ``path`` contains a NUL byte. The message names ``path``.
+        OSError: reading failed (an I/O error, not the file's bytes); the message
+            names ``path``.
 
     Example:
         >>> import tempfile, torch

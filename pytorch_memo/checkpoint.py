@@ -8,30 +8,37 @@ target is either the previous checkpoint or the new one, never half of each.
 
 :func:`load_checkpoint` reads with ``weights_only=True`` (nothing in the file can run
 code), checks the zip records' CRC-32 so flipped bits are caught rather than loaded as
-wrong weights, checks that the checkpoint fits the objects it is loaded into *before*
-changing any of them, and turns torch's errors into :class:`CheckpointError` subclasses
-whose message names the file and what is wrong with it.
+wrong weights (a file written without CRCs loads with an
+:class:`UnverifiedCheckpointWarning`), checks that the checkpoint fits the objects it is
+loaded into (keys, shapes, dtypes) *before* changing any of them, and turns torch's
+errors into :class:`CheckpointError` subclasses whose message names the file and what
+is wrong with it.
 
 Used by the chapter *Saving and loading*.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import pickle
+import pickletools
 import random
+import re
+import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from pytorch_memo._checks import check_type
+from pytorch_memo._checks import check_device, check_type
 from pytorch_memo._files import atomic_file, check_file_path, open_regular
+from pytorch_memo.archive import DamagedZipError, ZipView, record_start
 
 __all__ = [
     "FORMAT",
@@ -39,6 +46,8 @@ __all__ = [
     "CheckpointMismatchError",
     "CorruptCheckpointError",
     "UnsafeCheckpointError",
+    "UnsupportedCheckpointError",
+    "UnverifiedCheckpointWarning",
     "get_rng_state",
     "load_checkpoint",
     "save_checkpoint",
@@ -48,6 +57,13 @@ __all__ = [
 FORMAT = "pytorch_memo.checkpoint/1"
 """The tag every checkpoint carries under ``"format"``; :func:`load_checkpoint` checks it."""
 _ZIP_MAGIC = b"PK\x03\x04"
+# torch's legacy format starts with a pickle (PROTO, maybe FRAME) of this number, LONG1
+_LEGACY_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+_HEAD = 512  # bytes read to tell what a file that is not a zip is (a tar header is 512)
+_OPCODES = {ord(op.code): op.name for op in pickletools.opcodes}
+_FRAMED = 4  # pickle protocol 4 brought FRAME, MEMOIZE, ..., which torch's unpickler lacks
+_TORCH_PROTOCOL = 2  # what torch.save writes by default; torch.load warns about any other
+_QUANTIZED = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
 _SHOWN_KEYS = 5
 _MT_WORDS = 624  # the state of NumPy's legacy generator, MT19937: 624 32-bit words
 _CHUNK = 1 << 20
@@ -75,7 +91,20 @@ class UnsafeCheckpointError(CheckpointError):
 
 
 class CheckpointMismatchError(CheckpointError):
-    """The file is readable but does not fit: missing entries, keys or shapes."""
+    """The file is readable but does not fit: missing entries, keys, shapes or dtypes."""
+
+
+class UnsupportedCheckpointError(CheckpointError):
+    """The file is not damaged, but in a form :func:`load_checkpoint` does not read:
+    torch's legacy format (``torch.save(..., _use_new_zipfile_serialization=False)``
+    or torch before 1.6), or a pickle of a protocol (4, 5) that
+    ``torch.load(weights_only=True)`` cannot read in the torch installed."""
+
+
+class UnverifiedCheckpointWarning(UserWarning):
+    """A checkpoint was loaded without its bytes being verified: it has no CRC-32
+    checksums (``torch.serialization.set_crc32_options(False)`` was on when it was
+    written), so bytes changed on disk cannot be told from the data saved."""
 
 
 # ----------------------------------------------------------------------------- RNG state
@@ -292,23 +321,10 @@ def _check_objects(model: Any, optimizer: Any, scheduler: Any) -> None:
 
 def _check_map_location(value: Any) -> torch.device:
     """The device ``map_location`` names, if this machine has it (checked before reading)."""
-    check_type("map_location", value, (str, torch.device), "a str or torch.device")
-    if isinstance(value, str):
-        try:
-            device = torch.device(value)
-        except (RuntimeError, ValueError) as error:
-            msg = (
-                f"map_location must name a device such as 'cpu' or 'cuda:0', got {value!r} "
-                f"({_first_line(error)})"
-            )
-            raise ValueError(msg) from error
-    else:
-        device = value
+    device = check_device("map_location", value)  # "cpu:0" comes back as "cpu"
+    assert device is not None  # not optional
     if device.type == "cpu":
-        if device.index not in (None, 0):
-            msg = f"map_location {value!r} names CPU {device.index}, but there is one CPU device: 'cpu'"
-            raise ValueError(msg)
-        return torch.device("cpu")  # torch.load refuses "cpu:0"
+        return device
     if device.type == "meta":
         msg = f"map_location {value!r}: meta tensors hold no data to load; use 'cpu'"
         raise ValueError(msg)
@@ -361,6 +377,10 @@ def save_checkpoint(
 
     Before the rename the new file is checked to hold nothing that ``weights_only=True``
     would refuse, so every checkpoint written here can be read by :func:`load_checkpoint`.
+    It is written with ``torch.save``'s defaults (the zip format, pickle protocol 2),
+    and with CRC-32 checksums unless ``torch.serialization.set_crc32_options(False)``
+    is on: :func:`load_checkpoint` then loads it with an
+    :class:`UnverifiedCheckpointWarning`.
 
     Args:
         path: the checkpoint file to create or replace.
@@ -523,18 +543,44 @@ def load_checkpoint(
     ``map_location``, never about the file). The file is opened once (a FIFO or device
     is refused), checked (its zip records' CRC-32, read once more: about as long as the
     load itself), read with ``weights_only=True``, then checked against ``model`` (every
-    key, every shape, tensors where the model has tensors), ``optimizer`` (parameter
-    groups, their sizes and options, its per-parameter state), ``scheduler`` (its
-    entries) and the generator states. Only when everything fits is anything changed:
+    key, every shape, every dtype, tensors where the model has tensors), ``optimizer``
+    (parameter groups, their sizes and options, its per-parameter state), ``scheduler``
+    (its entries) and the generator states. Only when everything fits is anything changed:
     the generators, optimizer and scheduler are set first and put back if a later step
     fails, and the model is loaded last. (A module whose own ``_load_from_state_dict``
     hook raises on a state that passed these checks may be left partly loaded; torch's
     modules do not.)
 
+    **CRC-32.** A file written while ``torch.serialization.set_crc32_options(False)``
+    was on has no checksums (every record's CRC-32 is 0; ``torch.load`` never checks
+    them). It loads, with an :class:`UnverifiedCheckpointWarning`: bytes changed on disk
+    cannot be detected then, so its values are not verified; its zip structure, pickle,
+    entries, keys, shapes and dtypes are still checked.
+
+    **Dtypes.** ``model.load_state_dict`` copies each tensor into the model's own with
+    ``copy_``, which casts anything to anything (NaN becomes -9223372036854775808 in an
+    int64 buffer, any nonzero float True in a bool one). Here a tensor whose dtype
+    differs from the model's is accepted only if the cast keeps its kind or widens it,
+    as :func:`torch.can_cast` allows (bool to integer to floating point to complex), and
+    every value lies within the model dtype's range (no integer wraps around, no
+    finite value becomes infinite); such a cast only rounds, as ``copy_`` does
+    (float32 to float16 keeps about 3 significant digits; int64 beyond 2**24 to float32
+    rounds). A cast to a lower kind (floating point to integer or bool, integer to
+    bool, complex to real), a value out of range, or any change of a quantized dtype
+    is a :class:`CheckpointMismatchError` naming the key and both dtypes, raised before
+    anything changes.
+
+    **Formats.** Only the zip archive ``torch.save`` writes by default (pickle
+    protocol 2 or 3) is read. Torch's legacy format
+    (``_use_new_zipfile_serialization=False``) has no checksums, and ``torch.load``
+    allocates its tensors at the sizes the file claims before reading them: it is an
+    :class:`UnsupportedCheckpointError`, as is a pickle of protocol 4 or 5, which
+    ``torch.load(weights_only=True)`` cannot read (torch 2.15 lacks their opcodes).
+
     Args:
         path: the checkpoint file.
-        model: receives the saved ``state_dict`` (strictly: same keys, same shapes);
-            it stays on its device, whatever ``map_location`` is.
+        model: receives the saved ``state_dict`` (strictly: same keys, same shapes,
+            dtypes as above); it stays on its device, whatever ``map_location`` is.
         optimizer: receives the saved optimizer state (required in the file if given).
         scheduler: receives the saved scheduler state (required in the file if given).
         rng: restore the saved generator states (required in the file if True).
@@ -547,16 +593,25 @@ def load_checkpoint(
 
     Raises:
         TypeError: an argument has the wrong type.
-        ValueError: ``map_location`` names no device, or ``"meta"`` or ``"cpu:1"``;
-            ``path`` is empty or contains a NUL byte.
+        ValueError: ``map_location`` names no device, or ``"meta"``, or a CPU other
+            than ``"cpu"``/``"cpu:0"`` (the rule of
+            :func:`~pytorch_memo._checks.check_device`); ``path`` is empty or contains
+            a NUL byte.
         RuntimeError: ``map_location`` names a device this machine does not have.
         FileNotFoundError: ``path`` does not exist.
         IsADirectoryError: ``path`` is a directory.
         shutil.SpecialFileError: ``path`` is a FIFO, a device or a socket.
-        CorruptCheckpointError: the file is empty, truncated, corrupt or not a checkpoint.
+        CorruptCheckpointError: the file is empty, truncated, corrupt (a damaged zip
+            end record or index included) or not a torch checkpoint.
         UnsafeCheckpointError: the file names objects ``weights_only=True`` refuses.
+        UnsupportedCheckpointError: the file is in torch's legacy format, or its
+            pickle's protocol (4, 5) is one ``torch.load(weights_only=True)`` cannot read.
         CheckpointMismatchError: entries are missing or malformed, or keys, shapes,
-            groups, options or generator states do not fit.
+            dtypes, groups, options or generator states do not fit.
+        OSError: reading failed (an I/O error); the message names ``path``.
+
+    Warns:
+        UnverifiedCheckpointWarning: the file has no CRC-32 checksums (see above).
 
     Example:
         >>> import tempfile
@@ -576,8 +631,16 @@ def load_checkpoint(
     shown = os.fspath(path)
 
     with open_regular(source, shown, expected="a checkpoint file") as file:
-        _check_archive(file, shown)
-        checkpoint = _read(file, shown, device)
+        archive = _check_archive(file, shown)
+        if not archive.verified:
+            message = (
+                f"checkpoint {shown!r} has no CRC-32 checksums (it was written while "
+                "torch.serialization.set_crc32_options(False) was on): bytes changed on "
+                "disk cannot be detected, so its values are loaded unverified (its "
+                "structure, keys, shapes and dtypes are still checked)"
+            )
+            warnings.warn(message, UnverifiedCheckpointWarning, stacklevel=2)
+        checkpoint = _read(file, shown, device, archive.pickle)
     _check_entries(checkpoint, shown, optimizer=optimizer, scheduler=scheduler, rng=rng)
     _check_model(checkpoint["model"], model, shown)
     if optimizer is not None:
@@ -644,36 +707,82 @@ def _first_line(error: BaseException) -> str:
     return lines[0] if lines else "(no message)"
 
 
-def _check_archive(file: IO[bytes], shown: str) -> None:
-    """Empty, not a zip, truncated (zip start, no end), a record that is compressed,
-    encrypted or damaged, or whose CRC fails. Reads every record once, in chunks."""
+class _Archive(NamedTuple):
+    """What :func:`_check_archive` learnt: whether the CRCs were checked (False for an
+    archive written without them: every record's CRC-32 is 0, as torch.save writes with
+    ``torch.serialization.set_crc32_options(False)``), and where the pickle's bytes lie
+    (start and size; None if no single ``data.pkl`` record)."""
+
+    verified: bool
+    pickle: tuple[int, int] | None
+
+
+def _check_archive(file: IO[bytes], shown: str) -> _Archive:
+    """Empty, not a zip, truncated (zip start, no end), damaged offsets, a record that is
+    compressed, encrypted or damaged, or whose CRC fails. Reads every record once, in
+    chunks."""
     size = os.fstat(file.fileno()).st_size
     if size == 0:
         raise CorruptCheckpointError(shown, "is empty (0 bytes)")
-    head = file.read(len(_ZIP_MAGIC))
-    file.seek(0)
+    view = ZipView(file, size)
     try:
-        archive = zipfile.ZipFile(file)
+        archive = zipfile.ZipFile(view)
+    except DamagedZipError as error:
+        raise _not_a_zip(file, shown, size, error) from error
     except OSError as error:
         raise _reading_failed(error, shown) from error
     except Exception as error:
-        if head == _ZIP_MAGIC:
-            problem = (
-                f"is truncated or damaged: it starts like torch.save's zip archive but "
-                f"cannot be read as one ({size} bytes; {_first_line(error)})"
-            )
-        else:
-            problem = (
-                f"is not a torch checkpoint: it is not a zip archive, the format "
-                f"torch.save writes (first bytes {head!r})"
-            )
-        raise CorruptCheckpointError(shown, problem) from error
+        raise _not_a_zip(file, shown, size, error) from error
     with archive:
-        for info in archive.infolist():
-            _check_record(archive, info, shown)
+        infos = archive.infolist()
+        verified = any(info.CRC != 0 for info in infos)
+        for info in infos:
+            _check_record(archive, info, shown, verified=verified)
+    pickles = [info for info in infos if info.filename.endswith("/data.pkl")]
+    if len(pickles) != 1:
+        return _Archive(verified, None)
+    try:  # the records were all read: no I/O error or damaged offset expected here
+        start = record_start(view, pickles[0], size)
+    except OSError as error:
+        problem = f"is corrupt: record {pickles[0].filename!r} cannot be read ({error})"
+        raise CorruptCheckpointError(shown, problem) from error
+    return _Archive(verified, (start, pickles[0].compress_size))
 
 
-def _check_record(archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str) -> None:
+def _not_a_zip(file: IO[bytes], shown: str, size: int, error: Exception) -> CheckpointError:
+    """Why a file that zipfile cannot open is refused: a damaged zip, torch's legacy
+    format (a pickle starting with its magic number, or a tar archive), or no checkpoint."""
+    file.seek(0)
+    head = file.read(_HEAD)
+    file.seek(0)
+    if head.startswith(_ZIP_MAGIC):
+        problem = (
+            f"is truncated or damaged: it starts like torch.save's zip archive but "
+            f"cannot be read as one ({size} bytes; {_first_line(error)})"
+        )
+        return CorruptCheckpointError(shown, problem)
+    legacy = head.startswith(b"\x80") and _LEGACY_MAGIC in head[:32]
+    if legacy or head[257:262] == b"ustar":
+        kind = "legacy format" if legacy else "tar format (torch before 0.4)"
+        problem = (
+            f"is in torch's {kind}, not the zip archive torch.save writes by default "
+            "(torch.save(..., _use_new_zipfile_serialization=False) writes the legacy "
+            "one), and load_checkpoint does not read it: that format has no checksums, "
+            "so damaged bytes would load as wrong values, and torch.load allocates each "
+            "tensor at the size the file claims before reading it. If you trust the file, "
+            "load it with torch.load and save it again with save_checkpoint"
+        )
+        return UnsupportedCheckpointError(shown, problem)
+    problem = (
+        f"is not a torch checkpoint: it is neither a zip archive, the format torch.save "
+        f"writes, nor torch's legacy format (first bytes {head[:4]!r})"
+    )
+    return CorruptCheckpointError(shown, problem)
+
+
+def _check_record(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str, *, verified: bool
+) -> None:
     name = info.filename
     if info.flag_bits & 0x1:
         problem = f"is damaged: record {name!r} is marked encrypted, which torch.save never does"
@@ -690,9 +799,14 @@ def _check_record(archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str) -
                 pass
     except zipfile.BadZipFile as error:
         if str(error).startswith("Bad CRC-32"):
+            if not verified:  # raised at the record's end: all of it was read
+                return
             problem = f"is corrupt: record {name!r} fails its CRC-32 check (its bytes changed)"
         else:
             problem = f"is corrupt: record {name!r} cannot be read ({_first_line(error)})"
+        raise CorruptCheckpointError(shown, problem) from error
+    except DamagedZipError as error:
+        problem = f"is corrupt: record {name!r} cannot be read ({_first_line(error)})"
         raise CorruptCheckpointError(shown, problem) from error
     except OSError as error:
         raise _reading_failed(error, shown) from error
@@ -701,13 +815,67 @@ def _check_record(archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str) -
         raise CorruptCheckpointError(shown, problem) from error
 
 
-def _read(file: IO[bytes], shown: str, device: torch.device) -> Any:
-    file.seek(0)
+def _pickle_bytes(file: IO[bytes], where: tuple[int, int] | None, count: int = -1) -> bytes:
+    """The first ``count`` bytes (all if -1) of the pickle record ``where`` points to."""
+    if where is None:
+        return b""
+    start, size = where
+    file.seek(start)
+    return file.read(size if count < 0 else min(count, size))
+
+
+def _protocol(head: bytes) -> int | None:
+    """The protocol a pickle declares (its PROTO opcode); None for protocols 0 and 1."""
+    return head[1] if len(head) > 1 and head[:1] == b"\x80" else None
+
+
+def _protocol_problem(
+    file: IO[bytes], where: tuple[int, int] | None, error: BaseException
+) -> str | None:
+    """Why torch's weights-only unpickler refused a pickle that is not damaged: it uses
+    protocol 4 or 5, whose opcodes (FRAME, MEMOIZE, ...) that unpickler lacks. None if
+    the pickle is not of those protocols, or is no valid stream of opcodes."""
+    found = re.search(r"Unsupported operand (\d+)", str(error))
+    if found is None:
+        return None
     try:
-        return torch.load(file, map_location=device, weights_only=True)
+        data = _pickle_bytes(file, where)
+        protocol = _protocol(data)
+        if protocol is None or protocol < _FRAMED:
+            return None
+        for _ in pickletools.genops(data):  # raises on bytes that are no pickle
+            pass
+    except Exception:  # noqa: BLE001 - unreadable or no pickle: the caller says corrupt
+        return None
+    code = int(found.group(1))
+    opcode = _OPCODES.get(code, "unknown")
+    return (
+        f"uses pickle protocol {protocol} (torch.save(..., pickle_protocol={protocol})), "
+        f"which torch.load(weights_only=True) cannot read in torch {torch.__version__}: "
+        f"its unpickler lacks the opcode {opcode} ({code}). Its pickle is well-formed, "
+        "not damaged; save it again with torch.save's default protocol (save_checkpoint "
+        "always uses it), loading it with torch.load(weights_only=False) only if you "
+        "trust the file"
+    )
+
+
+def _read(file: IO[bytes], shown: str, device: torch.device, where: tuple[int, int] | None) -> Any:
+    protocol = _protocol(_pickle_bytes(file, where, 2))
+    file.seek(0)
+    quiet: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if protocol != _TORCH_PROTOCOL:  # torch warns even about protocols it reads (3)
+        quiet = warnings.catch_warnings()
+    try:
+        with quiet:
+            if protocol != _TORCH_PROTOCOL:
+                warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
+            return torch.load(file, map_location=device, weights_only=True)
     except pickle.UnpicklingError as error:
         names: list[str] = []
         if "Weights only load failed" in str(error):
+            unsupported = _protocol_problem(file, where, error)
+            if unsupported is not None:
+                raise UnsupportedCheckpointError(shown, unsupported) from error
             try:
                 file.seek(0)
                 names = torch.serialization.get_unsafe_globals_in_checkpoint(file)
@@ -804,7 +972,9 @@ def _check_model(saved: Any, model: nn.Module, shown: str) -> None:
     expected = model.state_dict()
     missing = [k for k in expected if k not in saved]
     unexpected = [k for k in saved if k not in expected]
-    kinds, shapes = [], []
+    kinds: list[str] = []
+    shapes: list[str] = []
+    dtypes: list[str] = []
     for key, value in expected.items():
         if key not in saved or not isinstance(value, torch.Tensor):
             continue  # a module's extra state (get_extra_state) may be anything
@@ -813,14 +983,18 @@ def _check_model(saved: Any, model: nn.Module, shown: str) -> None:
             kinds.append(f"{key}: {_described(found)} in the file, a tensor in the model")
         elif found.layout != value.layout:
             kinds.append(f"{key}: layout {found.layout} in the file, {value.layout} in the model")
-        elif found.is_complex() and not value.is_complex():
-            kinds.append(f"{key}: {found.dtype} in the file, {value.dtype} in the model")
         elif found.is_meta and not value.is_meta:
             kinds.append(f"{key}: a meta tensor (no values) in the file")
         elif not nn.parameter.is_lazy(value) and found.shape != value.shape:
             shapes.append(
                 f"{key}: {tuple(found.shape)} in the file, {tuple(value.shape)} in the model"
             )
+        else:
+            wrong = _dtype_problem(found, value.dtype)
+            if wrong:
+                dtypes.append(
+                    f"{key}: {found.dtype} in the file, {value.dtype} in the model ({wrong})"
+                )
     problems = []
     if missing:
         problems.append(f"missing keys {_listed(missing)}")
@@ -830,8 +1004,94 @@ def _check_model(saved: Any, model: nn.Module, shown: str) -> None:
         problems.append(f"wrong kinds of values {_listed(kinds)}")
     if shapes:
         problems.append(f"shape mismatches {_listed(shapes)}")
+    if dtypes:
+        problems.append(f"dtype mismatches {_listed(dtypes)}")
     if problems:
         raise CheckpointMismatchError(shown, f"does not fit the {name}: {'; '.join(problems)}")
+
+
+_KINDS = ("bool", "integer", "floating-point", "complex")
+
+
+def _kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return _KINDS[0]
+    if dtype.is_complex:
+        return _KINDS[3]
+    return _KINDS[2] if dtype.is_floating_point else _KINDS[1]
+
+
+def _bounds(dtype: torch.dtype) -> tuple[float, float]:
+    """The smallest and largest finite values of ``dtype`` (of each part, if complex)."""
+    if dtype == torch.bool:
+        return 0, 1
+    if dtype.is_floating_point or dtype.is_complex:
+        largest = torch.finfo(dtype).max
+        return -largest, largest
+    info = torch.iinfo(dtype)
+    return info.min, info.max
+
+
+def _value_range(tensor: torch.Tensor) -> tuple[float, float] | None:
+    """The smallest and largest finite values in ``tensor`` (of their real and imaginary
+    parts), exactly for integers; None if it holds none. Read in pieces of ``_CHUNK``
+    elements, so the copies it makes stay small."""
+    flat = tensor.detach().reshape(-1)
+    if flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
+    low: float | None = None
+    high: float | None = None
+    for start in range(0, flat.numel(), _CHUNK):
+        part = flat[start : start + _CHUNK]
+        values: list[float]
+        if part.dtype == torch.uint64:  # no min/max kernels; above 2**63 is negative as int64
+            signed = part.view(torch.int64)
+            small, big = signed[signed >= 0], signed[signed < 0]
+            values = [*_extremes(small), *_extremes(big, shift=2**64)]
+        elif part.is_floating_point():
+            wide = part.to(torch.float64)
+            values = list(_extremes(wide[torch.isfinite(wide)]))
+        else:
+            values = list(_extremes(part.to(torch.int64)))
+        if values:
+            low = min(values) if low is None else min(low, *values)
+            high = max(values) if high is None else max(high, *values)
+    return None if low is None or high is None else (low, high)
+
+
+def _extremes(part: torch.Tensor, shift: int = 0) -> tuple[float, ...]:
+    if part.numel() == 0:
+        return ()
+    low, high = torch.aminmax(part)
+    return low.item() + shift, high.item() + shift
+
+
+def _dtype_problem(found: torch.Tensor, wanted: torch.dtype) -> str | None:
+    """Why the file's tensor cannot be copied into a tensor of dtype ``wanted`` without
+    changing its values' kind or overflowing; None when it can (see load_checkpoint)."""
+    have = found.dtype
+    if have == wanted:
+        return None
+    if found.is_quantized or wanted in _QUANTIZED:
+        return "a quantized tensor must keep its dtype"
+    if not torch.can_cast(have, wanted):
+        return f"{_kind(have)} values would be cast to {_kind(wanted)} ones"
+    low, high = _bounds(wanted)
+    have_low, have_high = _bounds(have)
+    if (low <= have_low and have_high <= high) or found.is_meta:
+        return None  # every value of the file's dtype fits (or it holds none)
+    extremes = _value_range(found)
+    if extremes is None or (low <= extremes[0] and extremes[1] <= high):
+        return None
+
+    def shown(number: float) -> str:
+        return str(number) if isinstance(number, int) else f"{number:g}"
+
+    finite = "finite " if wanted.is_floating_point or wanted.is_complex else ""
+    return (
+        f"its values from {shown(extremes[0])} to {shown(extremes[1])} do not fit "
+        f"{wanted}, whose {finite}range is {shown(low)} to {shown(high)}"
+    )
 
 
 def _tree_problem(value: Any) -> str | None:

@@ -48,7 +48,9 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
 
     Raises:
         TypeError: ``prefer`` is neither a string, a device nor None.
-        ValueError: ``prefer`` is not a device string torch understands.
+        ValueError: ``prefer`` is not a device string torch understands, or names a
+            CPU other than ``"cpu"`` (torch has one CPU device: ``"cpu:1"`` is refused,
+            ``"cpu:0"`` gives ``device(type='cpu')``).
         RuntimeError: ``prefer`` names a device this machine does not have.
 
     Example:

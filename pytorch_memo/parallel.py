@@ -138,14 +138,14 @@ def save_on_rank0(folder: str, map_location: str = "cpu") -> dict[str, Any]:
         True
     """
     path = _check_folder(folder) / "model.pt"
-    check_device("map_location", map_location)
+    device = check_device("map_location", map_location)  # "cpu:0" as "cpu", for torch.load
     check_process_group("save_on_rank0")
     rank = dist.get_rank()
     model = DistributedDataParallel(make_model(0))
     if rank == 0:
         torch.save(model.module.state_dict(), path)
     dist.barrier()  # no rank goes on before rank 0 has written the file
-    loaded = torch.load(path, map_location=map_location, weights_only=True)
+    loaded = torch.load(path, map_location=device, weights_only=True)
     return {
         "rank": rank,
         "wrapper_keys": list(model.state_dict()),

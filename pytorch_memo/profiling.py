@@ -214,7 +214,8 @@ def memory_report(device: str | torch.device) -> MemoryReport:
 
     Raises:
         TypeError: ``device`` is not a str or device.
-        ValueError: ``device`` is neither CPU nor CUDA.
+        ValueError: ``device`` is neither CPU nor CUDA, or names a CPU other than
+            ``"cpu"`` (``"cpu:1"``: see :func:`~pytorch_memo._checks.check_device`).
 
     Example:
         >>> import torch
@@ -313,7 +314,8 @@ def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu")
     Raises:
         TypeError: ``fn`` is not callable without arguments, or ``device`` is not a str
             or device.
-        ValueError: ``device`` is neither CPU nor CUDA.
+        ValueError: ``device`` is neither CPU nor CUDA, or names a CPU other than
+            ``"cpu"`` (``"cpu:1"``: see :func:`~pytorch_memo._checks.check_device`).
         RuntimeError: ``device`` is CUDA on a machine without it.
 
     Example:
@@ -387,7 +389,8 @@ def time_call(
 
     Raises:
         TypeError: ``fn`` is not callable without arguments, or a count is not an int.
-        ValueError: ``repeats < 1``, ``warmup < 0``, or an unknown device.
+        ValueError: ``repeats < 1``, ``warmup < 0``, an unknown device, or a CPU
+            other than ``"cpu"`` (``"cpu:1"``).
         RuntimeError: ``device`` is CUDA on a machine without it.
 
     Example:

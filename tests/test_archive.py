@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -207,3 +208,58 @@ def test_plot_archive_names_a_wrong_ax(tmp_path: Path) -> None:
     torch.save({"w": torch.zeros(4)}, tmp_path / "w.pt")
     with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes or None, got str: 'ax'"):
         plot_archive(tmp_path / "w.pt", ax="ax")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------ issue 24, D7: damaged ends, named paths
+
+
+def test_every_bit_flip_in_the_end_of_the_file_is_a_value_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    # Before, 56 of these 960 flips (the last 120 bytes: the index's end, the zip64 and
+    # classic end records) raised a bare "OSError: [Errno 22] Invalid argument" from a
+    # seek before the file's start, naming no path.
+    path = tmp_path / "e.pt"
+    torch.save({"w": torch.arange(6.0), "b": torch.ones(2)}, path)
+    good = path.read_bytes()
+    expected = [(r.name, r.size) for r in archive_records(path)]
+    refused = 0
+    for position in range(len(good) - 120, len(good)):
+        for bit in range(8):
+            data = bytearray(good)
+            data[position] ^= 1 << bit
+            path.write_bytes(bytes(data))
+            try:
+                records = archive_records(path)
+            except ValueError as error:
+                assert f"path '{path}' " in str(error), (position, bit, error)  # noqa: PT017
+                refused += 1
+            else:  # a flip in a field zipfile does not use (or reads the same way)
+                assert len(records) == len(expected), (position, bit)
+    assert refused > 0
+
+
+def test_an_index_before_the_start_of_the_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "s.pt"
+    torch.save({"w": torch.zeros(4)}, path)
+    data = bytearray(path.read_bytes())
+    zip64 = bytes(data).rfind(b"PK\x06\x06")  # torch's writer adds a zip64 end record
+    struct.pack_into("<Q", data, zip64 + 48, struct.unpack_from("<Q", data, zip64 + 48)[0] + 4096)
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"path '.*s\.pt' is a damaged zip archive: its offsets"):
+        archive_records(path)
+
+
+def test_an_io_error_is_an_os_error_naming_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "io.pt"
+    torch.save({"w": torch.zeros(4)}, path)
+
+    def failing(*_: Any, **__: Any) -> Any:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(zipfile, "ZipFile", failing)
+    with pytest.raises(OSError, match=r"reading '.*io\.pt' failed: Input/output error") as caught:
+        archive_records(path)
+    assert caught.value.errno == errno.EIO

@@ -3,9 +3,11 @@ files, and exact resumption, checked against plain torch."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import os
+import pickle
 import random
 import resource
 import select
@@ -18,6 +20,7 @@ import sys
 import textwrap
 import warnings
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,8 @@ from pytorch_memo.checkpoint import (
     CheckpointMismatchError,
     CorruptCheckpointError,
     UnsafeCheckpointError,
+    UnsupportedCheckpointError,
+    UnverifiedCheckpointWarning,
     get_rng_state,
     load_checkpoint,
     save_checkpoint,
@@ -396,7 +401,7 @@ def test_flipped_bits_in_tensor_data_are_caught(saved: Path) -> None:
     ("content", "match"),
     [
         (b"", r"is empty \(0 bytes\)"),
-        (b"hello, not a checkpoint", "is not a torch checkpoint: it is not a zip archive"),
+        (b"hello, not a checkpoint", "is not a torch checkpoint: it is neither a zip archive"),
         (b"PK\x03\x04" + b"\x00" * 100, "is truncated or damaged"),
     ],
 )
@@ -975,14 +980,15 @@ def test_a_lazy_model_is_materialised_from_the_checkpoint(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("map_location", "error", "match"),
     [
+        ("gpu", ValueError, r"map_location='gpu' is not a device string: expected e\.g\."),
+        ("cpu:1", ValueError, r"map_location must be 'cpu' or 'cpu:0' for the CPU, got 'cpu:1'"),
         (
-            "gpu",
+            torch.device("cpu", 1),
             ValueError,
-            r"map_location must name a device such as 'cpu' or 'cuda:0', got 'gpu'",
+            r"map_location must be 'cpu' or 'cpu:0' for the CPU, got device\(type='cpu', index=1\)",
         ),
-        ("cpu:1", ValueError, r"map_location 'cpu:1' names CPU 1, but there is one CPU device"),
         ("meta", ValueError, r"map_location 'meta': meta tensors hold no data"),
-        (3, TypeError, r"map_location must be a str or torch\.device, got int: 3"),
+        (3, TypeError, r"map_location must be a str or a torch\.device, got int: 3"),
         ("xla", RuntimeError, r"map_location 'xla' names a xla device, which is not available"),
     ],
 )
@@ -1010,6 +1016,222 @@ def test_map_location_cuda_loads_on_a_gpu_and_is_refused_without_one(saved: Path
     assert load_checkpoint(saved, model=model, map_location="cpu:0") == {"step": 1}
     assert load_checkpoint(saved, model=model, map_location=torch.device("cpu")) == {"step": 1}
     assert torch.equal(model.weight, expected["weight"])
+
+
+# ------------------------- issue 24: valid files are never refused, true messages (D2-D10)
+
+
+@contextlib.contextmanager
+def _crc32_off() -> Iterator[None]:
+    """torch.save writes no CRC-32 meanwhile (a documented torch option)."""
+    before = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(False)
+    try:
+        yield
+    finally:
+        torch.serialization.set_crc32_options(before)
+
+
+def test_a_checkpoint_written_without_crcs_loads_with_a_warning(tmp_path: Path) -> None:
+    # D2: before, "record 'archive/data.pkl' fails its CRC-32 check" for the file
+    # save_checkpoint itself wrote, which torch.load reads.
+    torch.manual_seed(0)
+    saved, fresh = nn.Linear(4, 3), nn.Linear(4, 3)
+    with _crc32_off():
+        path = save_checkpoint(tmp_path / "c.pt", model=saved, extra={"step": 2})
+    with zipfile.ZipFile(path) as archive:
+        assert {info.CRC for info in archive.infolist()} == {0}  # no checksums at all
+    assert torch.equal(torch.load(path, weights_only=True)["model"]["weight"], saved.weight)
+    with pytest.warns(UnverifiedCheckpointWarning, match=r"c\.pt' has no CRC-32 checksums"):
+        assert load_checkpoint(path, model=fresh) == {"step": 2}
+    assert torch.equal(fresh.weight, saved.weight)
+    assert torch.equal(fresh.bias, saved.bias)
+
+
+def test_a_zeroed_crc_in_a_checkpoint_with_crcs_is_still_caught(saved: Path) -> None:
+    # The other side of D2: only an archive with no CRC at all loads unverified; one
+    # record's CRC set to 0 in a file that has them fails the check.
+    data = bytearray(saved.read_bytes())
+    struct.pack_into("<I", data, _central_entries(bytes(data))[0] + 16, 0)
+    saved.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match=r"'archive/data\.pkl' fails its CRC-32"):
+        load_checkpoint(saved, model=nn.Linear(64, 64))
+
+
+def _central_directory_moved(data: bytearray, by: int) -> None:
+    """Shift where the end records (zip64's and the classic one) say the index starts."""
+    zip64 = bytes(data).rfind(b"PK\x06\x06")  # torch's writer adds a zip64 end record
+    if zip64 != -1:
+        struct.pack_into("<Q", data, zip64 + 48, struct.unpack_from("<Q", data, zip64 + 48)[0] + by)
+    end = bytes(data).rfind(b"PK\x05\x06")
+    struct.pack_into("<I", data, end + 16, struct.unpack_from("<I", data, end + 16)[0] + by)
+
+
+def test_a_damaged_end_record_is_a_corrupt_checkpoint(saved: Path) -> None:
+    # D7: before, an index offset past its real place made zipfile seek before the
+    # file's start: OSError [Errno 22] Invalid argument, no CheckpointError.
+    data = bytearray(saved.read_bytes())
+    _central_directory_moved(data, 4096)
+    saved.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match=r"good\.pt' is .*before the start of"):
+        load_checkpoint(saved, model=nn.Linear(64, 64))
+
+
+def test_every_bit_flip_in_the_end_of_the_file_loads_right_or_is_a_checkpoint_error(
+    tmp_path: Path,
+) -> None:
+    # D7: all 960 flips of the last 120 bytes (the central directory's end and the end
+    # record); before, 58 of them raised a bare OSError.
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    path = save_checkpoint(tmp_path / "c.pt", model=model, rng=False)
+    good = path.read_bytes()
+    outcomes: dict[str, int] = {}
+    paths = set()
+    for position in range(len(good) - 120, len(good)):
+        for bit in range(8):
+            data = bytearray(good)
+            data[position] ^= 1 << bit
+            path.write_bytes(bytes(data))
+            fresh = nn.Linear(3, 2)
+            try:
+                load_checkpoint(path, model=fresh, rng=False)
+            except CheckpointError as error:
+                paths.add(error.path)
+                outcomes[type(error).__name__] = outcomes.get(type(error).__name__, 0) + 1
+            else:  # a flip in a field zipfile does not use: the same data
+                assert torch.equal(fresh.weight, model.weight)
+                assert torch.equal(fresh.bias, model.bias)
+                outcomes["loaded"] = outcomes.get("loaded", 0) + 1
+    assert sum(outcomes.values()) == 960
+    assert paths == {path}
+    assert outcomes.get("CorruptCheckpointError", 0) > 0
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_a_legacy_format_file_is_named_as_such(tmp_path: Path, protocol: int) -> None:
+    # D8: before, "is not a torch checkpoint: it is not a zip archive", which is false.
+    path = tmp_path / "old.pt"
+    payload = _payload_with()
+    torch.save(payload, path, _use_new_zipfile_serialization=False, pickle_protocol=protocol)
+    if protocol == 2:  # torch reads it, with no checksum to check
+        assert torch.load(path, weights_only=True)["format"] == FORMAT
+    with pytest.raises(UnsupportedCheckpointError, match=r"old\.pt' is in torch's legacy format"):
+        load_checkpoint(path, model=nn.Linear(2, 2))
+
+
+def test_a_file_that_is_no_torch_format_is_still_not_a_checkpoint(tmp_path: Path) -> None:
+    # The other side of D8: a pickle that is not torch's legacy format.
+    path = tmp_path / "plain.pkl"
+    path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}, protocol=2))
+    with pytest.raises(CorruptCheckpointError, match=r"is not a torch checkpoint: it is neither"):
+        load_checkpoint(path, model=nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_pickle_protocols_load_or_get_a_true_message(tmp_path: Path, protocol: int) -> None:
+    # D9: before, protocols 4 and 5 were "corrupt: its pickle cannot be read", and
+    # protocol 3, under warnings as errors, "could not be read: UserWarning".
+    path = tmp_path / "p.pt"
+    model = nn.Linear(2, 2)
+    torch.save(_payload_with(model=model.state_dict()), path, pickle_protocol=protocol)
+    warned: Any = contextlib.nullcontext()
+    if protocol != 2:  # torch.load warns about any protocol but 2, even one it reads
+        warned = pytest.warns(UserWarning, match=f"Detected pickle protocol {protocol}")
+    if protocol >= 4:  # torch 2.15's weights-only unpickler lacks FRAME, MEMOIZE...
+        with pytest.raises(pickle.UnpicklingError, match="Unsupported operand 149"), warned:
+            torch.load(path, weights_only=True)
+    else:
+        with warned:
+            assert torch.load(path, weights_only=True)["format"] == FORMAT
+    fresh = nn.Linear(2, 2)
+    if protocol >= 4:
+        with pytest.raises(
+            UnsupportedCheckpointError,
+            match=rf"p\.pt' uses pickle protocol {protocol} .*lacks the opcode FRAME \(149\)",
+        ) as caught:
+            load_checkpoint(path, model=fresh)
+        assert not isinstance(caught.value, CorruptCheckpointError)
+    else:
+        assert load_checkpoint(path, model=fresh) == {}
+        assert torch.equal(fresh.weight, model.weight)
+
+
+def test_a_damaged_protocol_4_pickle_is_still_corrupt(saved: Path) -> None:
+    # The other side of D9: protocol 4 declared, then an opcode no protocol has.
+    path = _rebuilt(saved, saved.parent / "junk4.pt", b"\x80\x04\xff.")
+    with pytest.raises(CorruptCheckpointError, match=r"Unsupported operand 255"):
+        load_checkpoint(path, model=nn.Linear(64, 64))
+
+
+def _with_buffer(dtype: torch.dtype) -> nn.Module:
+    module = nn.Linear(2, 2)
+    module.register_buffer("b", torch.zeros(3, dtype=dtype))
+    return module
+
+
+REFUSED_DTYPES = [  # (values in the file, the model's dtype, what the message says)
+    (torch.tensor([float("nan"), 1.5, -2.0]), torch.int64, "floating-point values would"),
+    (torch.tensor([0.0, 0.5, -2.0]), torch.bool, "floating-point values would be cast to bool"),
+    (torch.tensor([0, 1, 2]), torch.bool, "integer values would be cast to bool"),
+    (torch.tensor([1 + 1j, 2, 3]), torch.float32, "complex values would be cast to floating"),
+    (torch.tensor([1, 2, 300]), torch.int8, "its values from 1 to 300 do not fit torch.int8"),
+    (torch.tensor([-1, 2, 3]), torch.uint8, "its values from -1 to 3 do not fit torch.uint8"),
+    (torch.tensor([1.0, 2.0, 1e5]), torch.float16, "its values from 1 to 100000 do not fit"),
+    (
+        torch.tensor([1, 2, 2**40]),
+        torch.float16,
+        "its values from 1 to 1099511627776 do not fit torch.float16, whose finite",
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "dtype", "match"), REFUSED_DTYPES)
+def test_a_dtype_that_would_change_values_is_refused_before_anything_changes(
+    tmp_path: Path, values: torch.Tensor, dtype: torch.dtype, match: str
+) -> None:
+    # D10: before, load_state_dict's copy_ cast silently (NaN to -2**63, 0.5 to True).
+    source = _with_buffer(values.dtype)
+    source.b = values
+    path = tmp_path / "c.pt"
+    torch.save(_payload_with(model=source.state_dict()), path)
+    model = _with_buffer(dtype)
+    before = copy.deepcopy(model.state_dict())
+    rng_before = torch.get_rng_state()
+    torch.rand(3)  # the generator moves on: a restore from the file would show
+    moved = torch.get_rng_state()
+    assert not torch.equal(moved, rng_before)
+    with pytest.raises(CheckpointMismatchError, match="dtype mismatches") as caught:
+        load_checkpoint(path, model=model)
+    assert f"b: {values.dtype} in the file, {dtype} in the model ({match}" in str(caught.value)
+    assert _same(model.state_dict(), before)
+    assert torch.equal(torch.get_rng_state(), moved)
+
+
+ACCEPTED_DTYPES = [  # casts that keep the kind or widen it, values in range: rounding only
+    (torch.tensor([1.0, 2.5, -3.0], dtype=torch.float16), torch.float32),
+    (torch.tensor([1.0, 2.5, 1e-3]), torch.float16),
+    (torch.tensor([1.0, 2.5, -3.0]), torch.bfloat16),
+    (torch.tensor([1, 2, 100]), torch.int8),
+    (torch.tensor([1, 2, 2**40]), torch.float32),
+    (torch.tensor([True, False, True]), torch.float32),
+    (torch.tensor([1.0, float("inf"), float("nan")]), torch.float16),
+    (torch.tensor([1.0, 2.0, 3.0]), torch.complex64),
+]
+
+
+@pytest.mark.parametrize(("values", "dtype"), ACCEPTED_DTYPES)
+def test_a_dtype_cast_that_keeps_the_values_kind_and_range_loads(
+    tmp_path: Path, values: torch.Tensor, dtype: torch.dtype
+) -> None:
+    source = _with_buffer(values.dtype)
+    source.b = values
+    path = tmp_path / "c.pt"
+    torch.save(_payload_with(model=source.state_dict()), path)
+    model = _with_buffer(dtype)
+    assert load_checkpoint(path, model=model) == {}
+    assert model.b.dtype == dtype  # the model's own dtype, the values rounded as copy_ does
+    torch.testing.assert_close(model.b, values.to(dtype), rtol=0, atol=0, equal_nan=True)
 
 
 # ---------------------------------------------------------------- failed saves (10)

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
+from torch import nn
 
+from pytorch_memo.checkpoint import load_checkpoint, save_checkpoint
 from pytorch_memo.devices import pick_device
+from pytorch_memo.parallel import save_on_rank0
+from pytorch_memo.profiling import memory_report, peak_memory, time_call
 
 
 def test_automatic_choice_follows_torch() -> None:
@@ -54,3 +63,47 @@ def test_known_to_torch_but_not_here() -> None:
 def test_bad_type() -> None:
     with pytest.raises(TypeError, match=r"prefer must be a str, a torch\.device or None, got int"):
         pick_device(0)  # type: ignore[arg-type]
+
+
+# -- issue 24, D14: one rule for device strings, in every helper that takes a device --
+
+
+def _device_takers(tmp_path: Path) -> list[tuple[str, Callable[[Any], object]]]:
+    """Every public helper with a device argument (grep check_device): its argument's
+    name, and a call of it with a given device."""
+    model = nn.Linear(2, 2)
+    checkpoint = save_checkpoint(tmp_path / "c.pt", model=model, rng=False)
+    return [
+        ("prefer", pick_device),
+        ("device", memory_report),
+        ("device", lambda d: peak_memory(lambda: None, device=d)),
+        ("device", lambda d: time_call(lambda: None, repeats=1, warmup=0, device=d)),
+        (
+            "map_location",
+            lambda d: load_checkpoint(checkpoint, model=model, rng=False, map_location=d),
+        ),
+        ("map_location", lambda d: save_on_rank0(str(tmp_path), map_location=d)),
+    ]
+
+
+@pytest.mark.parametrize("cpu", ["cpu:1", "cpu:7", torch.device("cpu", 1)])
+def test_every_helper_refuses_a_cpu_index_alike(tmp_path: Path, cpu: Any) -> None:
+    # torch.device parses "cpu:1", but a tensor made there lands on "cpu" and
+    # torch.load(map_location="cpu:1") fails. Before, pick_device and memory_report
+    # accepted it and load_checkpoint refused it, each in its own words.
+    assert torch.zeros(1, device=cpu).device == torch.device("cpu")
+    shown = re.escape(repr(cpu))
+    for name, call in _device_takers(tmp_path):
+        expected = rf"^{name} must be 'cpu' or 'cpu:0' for the CPU, got {shown}: torch has one"
+        with pytest.raises(ValueError, match=expected):
+            call(cpu)
+
+
+@pytest.mark.parametrize("cpu", ["cpu", "cpu:0", torch.device("cpu", 0)])
+def test_every_helper_takes_the_cpu_however_spelled(tmp_path: Path, cpu: Any) -> None:
+    calls = [call for _, call in _device_takers(tmp_path)]
+    assert calls[0](cpu) == torch.device("cpu")
+    assert [call(cpu).device for call in calls[1:4]] == ["cpu"] * 3  # type: ignore[attr-defined]
+    assert calls[4](cpu) == {}
+    with pytest.raises(RuntimeError, match="needs a joined process group"):
+        calls[5](cpu)  # the device passed; the worker needs run_workers

@@ -123,6 +123,8 @@ def test_cuda_report_matches_torch_cuda() -> None:
         ("meta", ValueError, r"device must be a cpu or cuda device, got 'meta'"),
         ("gpu", ValueError, r"device='gpu' is not a device string: expected e.g. 'cpu', 'cuda'"),
         (float("nan"), TypeError, r"device must be a str or a torch.device, got float: nan"),
+        # issue 24, D14: accepted before, though torch has one CPU device
+        ("cpu:1", ValueError, r"device must be 'cpu' or 'cpu:0' for the CPU, got 'cpu:1'"),
     ],
 )
 def test_memory_report_rejects_bad_devices(device: object, error: type, match: str) -> None:
