@@ -65,6 +65,7 @@ __all__ = [
     "default_build_root",
     "is_stale_lock",
     "killed_build",
+    "release_folder_name",
 ]
 
 LOCK_NAME = "lock"  # torch's lock file in every build directory
@@ -101,16 +102,53 @@ def torch_cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
-    """Where extensions are built: ``TORCH_EXTENSIONS_DIR``, else the project's folder.
+def release_folder_name() -> str:
+    """The build folder of this torch release, Python and accelerator.
 
-    Inside this project's checkout (found by walking up from ``start`` to a folder that
-    holds ``_toc.yml`` and ``pyproject.toml``) that is ``_build/torch_extensions`` at its
-    root. Elsewhere (an installed package, Colab) it is torch's own default, a
-    ``torch_extensions`` folder in the user's cache, or where that folder cannot be
-    created, is not a folder, or can be written by other users, a private temporary
-    folder, ``torch_extensions-<uid>`` (mode ``0o700``): nobody else may place a library
-    where a build would load it.
+    ``torch-<release>-py<major><minor>[<abiflags>]-<accelerator>``, the accelerator being
+    ``cu<version>`` (CUDA), ``rocm<version>`` (ROCm) or ``cpu``, as torch names them in
+    its own ``py311_cu132``-style sub-folder. torch's folder is per Python and CUDA but
+    not per torch release, so a build directory is shared by every release with the
+    same Python and CUDA: torch 2.14 and 2.15 leave an empty ``lock`` file after each
+    build, which an older torch (whose ``FileBaton`` reads any ``lock`` file as a build
+    in progress) waits on forever. A folder per release keeps them apart.
+
+    Returns:
+        The folder's name, e.g. ``torch-2.15.0-py311-cu132``.
+
+    Example:
+        >>> import sys, torch
+        >>> name = release_folder_name()
+        >>> name.startswith(f"torch-{torch.__version__.split('+')[0]}-py{sys.version_info.major}")
+        True
+    """
+    import torch
+
+    release = str(torch.__version__).split("+", 1)[0]
+    python = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    hip = getattr(torch.version, "hip", None)
+    cuda = getattr(torch.version, "cuda", None)
+    if hip:
+        accelerator = "rocm" + str(hip).split("-", 1)[0].replace(".", "")
+    elif cuda:
+        accelerator = "cu" + str(cuda).replace(".", "")
+    else:
+        accelerator = "cpu"
+    return f"torch-{release}-{python}-{accelerator}"
+
+
+def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
+    """Where extensions are built: ``TORCH_EXTENSIONS_DIR``, else a folder per release.
+
+    ``TORCH_EXTENSIONS_DIR``, when it is set, is used as it is (as torch does). Otherwise
+    the folder is :func:`release_folder_name` (one per torch release, Python and
+    accelerator) under a base folder: inside this project's checkout (found by walking
+    up from ``start`` to a folder that holds ``_toc.yml`` and ``pyproject.toml``)
+    ``_build/torch_extensions`` at its root. Elsewhere (an installed package, Colab)
+    torch's own default, a ``torch_extensions`` folder in the user's cache, or where
+    that folder cannot be created, is not a folder, or can be written by other users, a
+    private temporary folder, ``torch_extensions-<uid>`` (mode ``0o700``): nobody else
+    may place a library where a build would load it.
 
     Args:
         start: where to begin looking (the current directory when ``None``).
@@ -130,20 +168,24 @@ def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
         ...     (project / marker).touch()
         >>> (project / "book").mkdir()
         >>> found = default_build_root(start=project / "book")  # from a chapter's folder
-        >>> "TORCH_EXTENSIONS_DIR" in os.environ or found.relative_to(project).as_posix()
+        >>> "TORCH_EXTENSIONS_DIR" in os.environ or found.parent.relative_to(project).as_posix()
         '_build/torch_extensions'
+        >>> "TORCH_EXTENSIONS_DIR" in os.environ or found.name == release_folder_name()
+        True
     """
     here = Path.cwd() if start is None else check_path("start", start)
     given = os.environ.get("TORCH_EXTENSIONS_DIR")
     if given:
         return Path(given)
+    release = release_folder_name()
     for folder in (here.resolve(), *here.resolve().parents):
         if (folder / "_toc.yml").is_file() and (folder / "pyproject.toml").is_file():
-            return folder / "_build" / "torch_extensions"
+            return folder / "_build" / "torch_extensions" / release
     from torch.utils.cpp_extension import get_default_build_root
 
     private = Path(tempfile.gettempdir()) / f"torch_extensions-{os.getuid()}"
-    return _private_folder(Path(get_default_build_root()), private)
+    base = _private_folder(Path(get_default_build_root()), private)
+    return _private_folder(base / release)
 
 
 def _private_folder(*candidates: Path) -> Path:
@@ -308,11 +350,17 @@ def clear_stale_lock(build_directory: str | os.PathLike[str]) -> Path | None:
 def _clear(folder: Path, who: str | None, *, own_turn: bool = False) -> Path | None:
     if not _is_stale(folder, who, own_turn=own_turn):
         return None
-    cause = f"the build ({who}) was killed midway" if who else "a build was killed midway"
+    cause = (
+        f"the build ({who}) was killed midway and no live process holds it"
+        if who
+        else "no live process holds it and this torch's builds would wait for it forever "
+        "(a build was killed midway, or a torch that keeps the file after its builds, "
+        "as 2.14 and 2.15 do, built here)"
+    )
     lock = folder / LOCK_NAME
     lock.unlink(missing_ok=True)
     warnings.warn(
-        f"removed the stale lock file {lock}: {cause} and no live process holds it; building again",
+        f"removed the stale lock file {lock}: {cause}; building again",
         StaleLockWarning,
         stacklevel=3,
     )

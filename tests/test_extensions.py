@@ -29,6 +29,7 @@ from pytorch_memo.extensions import (
     default_build_root,
     is_stale_lock,
     killed_build,
+    release_folder_name,
 )
 from tests.processes import no_orphans
 
@@ -279,12 +280,12 @@ def test_default_build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     (project / "book").mkdir(parents=True)
     for marker in ("_toc.yml", "pyproject.toml"):
         (project / marker).touch()
-    expected = project.resolve() / "_build" / "torch_extensions"
+    expected = project.resolve() / "_build" / "torch_extensions" / release_folder_name()
     assert default_build_root(start=project / "book") == expected
     monkeypatch.chdir(project / "book")
     assert default_build_root() == expected
-    monkeypatch.chdir(tmp_path)  # outside any project: torch's own default
-    assert default_build_root() == Path(get_default_build_root())
+    monkeypatch.chdir(tmp_path)  # outside any project: under torch's own default root
+    assert default_build_root() == Path(get_default_build_root()) / release_folder_name()
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "given"))
     assert default_build_root(start=project) == tmp_path / "given"
 
@@ -343,9 +344,11 @@ def test_default_build_root_outside_a_checkout_is_the_users_cache(
 ) -> None:
     start = _outside_a_checkout(tmp_path, monkeypatch)
     found = default_build_root(start=start)
-    assert found == Path(get_default_build_root()) == tmp_path / "cache" / "torch_extensions"
-    assert found.is_dir()
-    assert found.stat().st_mode & 0o777 == 0o700  # created private
+    assert found.parent == Path(get_default_build_root())
+    assert found == tmp_path / "cache" / "torch_extensions" / release_folder_name()
+    for folder in (found, found.parent):
+        assert folder.is_dir()
+        assert folder.stat().st_mode & 0o777 == 0o700  # created private
     assert default_build_root(start=start) == found  # and used again
 
 
@@ -368,9 +371,10 @@ def test_default_build_root_falls_back_to_a_private_temporary_folder(
             "torch.utils.cpp_extension.get_default_build_root", lambda: str(users)
         )
     found = default_build_root(start=start)
-    assert found == tmp_path / "tmp" / f"torch_extensions-{os.getuid()}"
-    assert found.is_dir()
-    assert found.stat().st_mode & 0o777 == 0o700
+    assert found == tmp_path / "tmp" / f"torch_extensions-{os.getuid()}" / release_folder_name()
+    for folder in (found, found.parent):
+        assert folder.is_dir()
+        assert folder.stat().st_mode & 0o777 == 0o700
 
 
 @pytest.mark.parametrize("planted", ["writable by others", "a link"])
@@ -408,7 +412,7 @@ def test_default_build_root_refuses_a_folder_of_another_user(
         theirs = Path("/")  # root's, and not writable by others
     monkeypatch.setattr("torch.utils.cpp_extension.get_default_build_root", lambda: str(theirs))
     found = default_build_root(start=start)
-    assert found == tmp_path / "tmp" / f"torch_extensions-{os.getuid()}"
+    assert found == tmp_path / "tmp" / f"torch_extensions-{os.getuid()}" / release_folder_name()
 
 
 # -- issue 16: names that would replace a module; CUDA sources without CUDA ---------------
@@ -472,3 +476,74 @@ def test_a_library_that_is_not_a_module_gets_a_clear_import_error(tmp_path: Path
         build_extension(
             "not_a_module", "int f() { return 1; }", no_implicit_headers=True, build_root=tmp_path
         )
+
+
+# -- issue 22: a build folder per torch release, so an older torch never meets 2.14's lock --
+
+
+def test_the_release_folder_names_the_torch_release_python_and_accelerator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    python = f"py{sys.version_info.major}{sys.version_info.minor}{sys.abiflags}"
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cu128")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert release_folder_name() == f"torch-2.13.0-{python}-cu128"
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert release_folder_name() == f"torch-2.13.0-{python}-cpu"
+    monkeypatch.setattr(torch.version, "hip", "6.4.43482-0f2d60242")
+    assert release_folder_name() == f"torch-2.13.0-{python}-rocm6443482"  # as torch names it
+
+
+def test_an_older_release_builds_in_another_folder_than_the_one_2_14_left_its_lock_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch 2.14+ leaves an empty `lock` after each build; torch <= 2.13's FileBaton reads
+    any `lock` file as a build in progress and waits for it to go, forever. torch's own
+    sub-folder (py311_cu128) is shared by every release with that Python and CUDA."""
+    from torch.utils.file_baton import FileBaton
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    project = tmp_path / "project"
+    project.mkdir()
+    for marker in ("_toc.yml", "pyproject.toml"):
+        (project / marker).touch()
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.version, "hip", None)
+
+    monkeypatch.setattr(torch, "__version__", "2.14.1+cu128")
+    newer = default_build_root(start=project) / "bare"
+    newer.mkdir(parents=True)
+    (newer / "lock").touch()  # what a finished 2.14 build leaves: empty, held by nobody
+    assert (newer / "lock").stat().st_size == 0
+    assert not FileBaton(str(newer / "lock")).try_acquire()  # an older torch would wait here
+
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cu128")
+    older = default_build_root(start=project) / "bare"
+    assert older != newer
+    assert older.parent.parent == newer.parent.parent  # the same base, one folder per release
+    older.mkdir(parents=True)
+    baton = FileBaton(str(older / "lock"))
+    assert baton.try_acquire()  # nothing to wait for: the build goes ahead
+    baton.release()
+    assert (newer / "lock").exists()  # the other release's folder is left alone
+
+
+def test_under_file_baton_a_build_reports_2_14s_leftover_lock_instead_of_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the folder is shared anyway (TORCH_EXTENSIONS_DIR set by hand), a build through
+    build_extension under a FileBaton torch removes the empty, unheld `lock` with a warning
+    that names it, and builds."""
+    monkeypatch.setattr("pytorch_memo.extensions._torch_lock_is_a_file", lambda: True)
+    folder = tmp_path / "bare_shared"
+    folder.mkdir()
+    (folder / "lock").touch()  # left by a 2.14 build that finished
+    (folder / "lock.memo").touch()  # emptied: that build finished
+    with pytest.warns(StaleLockWarning) as caught:
+        module = build_extension("bare_shared", BARE, no_implicit_headers=True, build_root=tmp_path)
+    assert module.__name__ == "bare_shared"
+    message = str(caught[0].message)
+    assert message.startswith(f"removed the stale lock file {folder / 'lock'}: ")
+    assert "no live process holds it" in message
+    assert "as 2.14 and 2.15 do" in message
