@@ -463,6 +463,8 @@ REGISTRY: dict[str, Entry | str] = {
     "checkpoint.CheckpointMismatchError": ERROR,
     "checkpoint.CorruptCheckpointError": ERROR,
     "checkpoint.UnsafeCheckpointError": ERROR,
+    "checkpoint.UnsupportedCheckpointError": ERROR,
+    "checkpoint.UnverifiedCheckpointWarning": ERROR,  # a warning class, raised by warn()
     "archive.archive_records": Entry(calls([PATH])),
     "archive.plot_archive": Entry(calls([PATH], {"ax": AX})),
     "archive.Record": RESULT,
