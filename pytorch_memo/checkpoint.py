@@ -711,10 +711,10 @@ class _Archive(NamedTuple):
     """What :func:`_check_archive` learnt: whether the CRCs were checked (False for an
     archive written without them: every record's CRC-32 is 0, as torch.save writes with
     ``torch.serialization.set_crc32_options(False)``), and where the pickle's bytes lie
-    (start and size; None if no single ``data.pkl`` record)."""
+    (start and size)."""
 
     verified: bool
-    pickle: tuple[int, int] | None
+    pickle: tuple[int, int]
 
 
 def _check_archive(file: IO[bytes], shown: str) -> _Archive:
@@ -735,12 +735,16 @@ def _check_archive(file: IO[bytes], shown: str) -> _Archive:
         raise _not_a_zip(file, shown, size, error) from error
     with archive:
         infos = archive.infolist()
-        verified = any(info.CRC != 0 for info in infos)
+        verified = not infos or any(info.CRC != 0 for info in infos)
         for info in infos:
             _check_record(archive, info, shown, verified=verified)
     pickles = [info for info in infos if info.filename.endswith("/data.pkl")]
     if len(pickles) != 1:
-        return _Archive(verified, None)
+        problem = (
+            f"is a zip archive, but not one torch.save writes: it has {len(pickles)} "
+            f"data.pkl records (torch.save writes one, beside the tensors' data)"
+        )
+        raise CorruptCheckpointError(shown, problem)
     try:  # the records were all read: no I/O error or damaged offset expected here
         start = record_start(view, pickles[0], size)
     except OSError as error:
@@ -815,10 +819,8 @@ def _check_record(
         raise CorruptCheckpointError(shown, problem) from error
 
 
-def _pickle_bytes(file: IO[bytes], where: tuple[int, int] | None, count: int = -1) -> bytes:
+def _pickle_bytes(file: IO[bytes], where: tuple[int, int], count: int = -1) -> bytes:
     """The first ``count`` bytes (all if -1) of the pickle record ``where`` points to."""
-    if where is None:
-        return b""
     start, size = where
     file.seek(start)
     return file.read(size if count < 0 else min(count, size))
@@ -829,9 +831,7 @@ def _protocol(head: bytes) -> int | None:
     return head[1] if len(head) > 1 and head[:1] == b"\x80" else None
 
 
-def _protocol_problem(
-    file: IO[bytes], where: tuple[int, int] | None, error: BaseException
-) -> str | None:
+def _protocol_problem(file: IO[bytes], where: tuple[int, int], error: BaseException) -> str | None:
     """Why torch's weights-only unpickler refused a pickle that is not damaged: it uses
     protocol 4 or 5, whose opcodes (FRAME, MEMOIZE, ...) that unpickler lacks. None if
     the pickle is not of those protocols, or is no valid stream of opcodes."""
@@ -859,7 +859,7 @@ def _protocol_problem(
     )
 
 
-def _read(file: IO[bytes], shown: str, device: torch.device, where: tuple[int, int] | None) -> Any:
+def _read(file: IO[bytes], shown: str, device: torch.device, where: tuple[int, int]) -> Any:
     protocol = _protocol(_pickle_bytes(file, where, 2))
     file.seek(0)
     quiet: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -1076,11 +1076,14 @@ def _dtype_problem(found: torch.Tensor, wanted: torch.dtype) -> str | None:
         return "a quantized tensor must keep its dtype"
     if not torch.can_cast(have, wanted):
         return f"{_kind(have)} values would be cast to {_kind(wanted)} ones"
-    low, high = _bounds(wanted)
-    have_low, have_high = _bounds(have)
-    if (low <= have_low and have_high <= high) or found.is_meta:
-        return None  # every value of the file's dtype fits (or it holds none)
-    extremes = _value_range(found)
+    try:
+        low, high = _bounds(wanted)
+        have_low, have_high = _bounds(have)
+        if (low <= have_low and have_high <= high) or found.is_meta:
+            return None  # every value of the file's dtype fits (or it holds none)
+        extremes = _value_range(found)
+    except (TypeError, RuntimeError, NotImplementedError):  # torch.bits8: no range, no min
+        return "torch cannot tell whether its values fit"
     if extremes is None or (low <= extremes[0] and extremes[1] <= high):
         return None
 

@@ -403,6 +403,8 @@ def test_flipped_bits_in_tensor_data_are_caught(saved: Path) -> None:
         (b"", r"is empty \(0 bytes\)"),
         (b"hello, not a checkpoint", "is not a torch checkpoint: it is neither a zip archive"),
         (b"PK\x03\x04" + b"\x00" * 100, "is truncated or damaged"),
+        # an empty zip archive: before, "its pickle cannot be read (... operand 80)"
+        (b"PK\x05\x06" + b"\x00" * 18, "is a zip archive, but not one torch.save writes"),
     ],
 )
 def test_not_a_checkpoint_gives_a_clear_error(tmp_path: Path, content: bytes, match: str) -> None:
