@@ -186,6 +186,41 @@ def _paths(folder: Path) -> dict[str, Callable[[], Any]]:
         save_checkpoint(path, model=torch.nn.Linear(2, 2), rng=False)
         return path
 
+    def checkpoint_no_crc() -> Path:  # issue 24, D2: loads, with a warning
+        import torch
+
+        from pytorch_memo.checkpoint import save_checkpoint
+
+        before = torch.serialization.get_crc32_options()
+        torch.serialization.set_crc32_options(False)
+        try:
+            torch.manual_seed(0)
+            return save_checkpoint(folder / "no_crc.pt", model=torch.nn.Linear(2, 2), rng=False)
+        finally:
+            torch.serialization.set_crc32_options(before)
+
+    def legacy() -> Path:  # D8: torch's legacy format, no zip
+        import torch
+
+        path = folder / "legacy.pt"
+        torch.save({"w": torch.zeros(4)}, path, _use_new_zipfile_serialization=False)
+        return path
+
+    def protocol_4() -> Path:  # D9: a pickle torch's weights-only unpickler cannot read
+        import torch
+
+        path = folder / "protocol4.pt"
+        torch.save({"w": torch.zeros(4)}, path, pickle_protocol=4)
+        return path
+
+    def end_damaged() -> Path:  # D7: the index offset moved, a seek before the start
+        data = bytearray(checkpoint().read_bytes())
+        zip64 = bytes(data).rfind(b"PK\x06\x06")
+        struct.pack_into(
+            "<Q", data, zip64 + 48, struct.unpack_from("<Q", data, zip64 + 48)[0] + 4096
+        )
+        return make("end_damaged.pt", bytes(data))
+
     def zip_file() -> Path:
         import zipfile
 
@@ -222,6 +257,10 @@ def _paths(folder: Path) -> dict[str, Callable[[], Any]]:
         "tensors_pt": torch_file,
         "checkpoint": checkpoint,
         "zip": zip_file,
+        "checkpoint_no_crc": checkpoint_no_crc,
+        "legacy_pt": legacy,
+        "protocol4_pt": protocol_4,
+        "end_damaged": end_damaged,
         "truncated": truncated,
         "unreadable": unreadable,
         "build_dir": build_dir,
