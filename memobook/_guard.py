@@ -112,9 +112,9 @@ def interruptible(on_signal: list[Callable[[], object]] | None = None) -> Iterat
 
     Each callable of ``on_signal`` (in order) runs first, inside the signal handler: it
     must be quick and must not raise (the execute step kills its kernel there). A signal
-    that arrives while an earlier one is being handled ends the process at once, with
-    status 128 + its number, after running ``on_signal`` again. Outside the main thread
-    the block runs unguarded.
+    that arrives while an earlier one unwinds the block runs ``on_signal`` again and
+    nothing else: the roll back of the first goes on (``nox`` follows SIGINT with
+    SIGTERM, then SIGKILL). Outside the main thread the block runs unguarded.
     """
     import threading
 
@@ -128,8 +128,8 @@ def interruptible(on_signal: list[Callable[[], object]] | None = None) -> Iterat
         for call in calls:
             with contextlib.suppress(Exception):
                 call()
-        if handling:  # a second signal while the first unwinds: stop now
-            os._exit(128 + signum)
+        if handling:  # a second signal while the first unwinds: let it finish
+            return
         handling.append(signum)
         raise Interrupted(signum)
 

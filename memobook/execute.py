@@ -105,6 +105,12 @@ class NotebookChangedError(RuntimeError):
     """The notebook changed while it ran; it was not written (the outputs were kept)."""
 
 
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def device_name() -> str:
     """``cpu``, or the name of CUDA device 0."""
     import torch
@@ -213,9 +219,8 @@ def run_cells(
     SIGINT or SIGTERM (in the main thread) the kernel is killed and
     :class:`~memobook._guard.Interrupted` raised.
     """
-    import torch
-
-    has_cuda = torch.cuda.is_available()
+    gpu = [memobook.GPU_TAG in c.metadata.get("tags", []) for c in nb.cells]
+    has_cuda = any(gpu) and _cuda()  # torch is imported only when needed (seconds)
     keeper = _Keeper()
     try:
         with interruptible([keeper.kill_now]):
@@ -273,16 +278,17 @@ def execute(path: Path, *, timeout: int = 600) -> RunRecord:
     Raises:
         NotebookChangedError: ``path`` changed while it ran; it is as the editor left
             it, and the new outputs are in :func:`kept_path`.
-        Interrupted: SIGINT or SIGTERM arrived; nothing was written.
+        Interrupted: SIGINT or SIGTERM arrived; nothing was written (unless its
+            ``written`` says that the write was complete when it came).
     """
-    import torch
-
     original = Path(path).read_bytes()
     nb = nbformat.reads(original.decode("utf-8"), as_version=4)
     old = read_record(nb, where=str(path))
     start = time.perf_counter()
     gpu_cells = run_cells(nb, Path(path).parent, timeout=timeout)
     seconds = time.perf_counter() - start
+    import torch  # after the run: a notebook without gpu cells never needed it before
+
     executed = now()
     gpu_run = old.gpu_run if old is not None else None
     if torch.cuda.is_available() and gpu_cells:

@@ -458,10 +458,11 @@ def new_chapter(
                     remove(_state(base) / "journal.json")
                     completed = True
             except BaseException:
-                if not completed:
-                    said, completed = _settle(base, journal)
-                    for line in said:
-                        say(line)
+                with signals_blocked():  # a second signal (nox's SIGTERM) waits for it
+                    if not completed:
+                        said, completed = _settle(base, journal)
+                        for line in said:
+                            say(line)
                 raise
     except Interrupted:
         if not completed:

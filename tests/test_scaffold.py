@@ -5,6 +5,11 @@ process whose imports come from that copy, exactly as `nox -s chapter -- TOPIC` 
 then the checks of `nox` that concern a new chapter run there: ruff and mypy on the new
 files, then, in one pytest run, the new unit tests, the hygiene and claim checks of every
 chapter and strict nbval of the new chapter.
+
+The tests after them run the scaffold in a small throwaway book (tests/authorbook.py):
+topics and titles it must refuse or write intact (issue 24, D5 and D6), every file or
+none when the execute step fails or the process is SIGKILLed (D5), and scaffolds
+started at the same moment (D4). tests/test_author_kills.py kills it at random moments.
 """
 
 from __future__ import annotations
