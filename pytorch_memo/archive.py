@@ -29,6 +29,10 @@ _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # a zip local file header: 30 by
 _LOCAL_MAGIC = b"PK\x03\x04"
 _MAX_READ = 64 << 20  # the most read at once: a zip's index (~64 bytes a record) or its end
 _COLOURS = {"pickle": "tab:orange", "tensor data": "tab:blue", "metadata": "tab:gray"}
+# torch's legacy format starts with a pickle (PROTO, maybe FRAME) of this number, LONG1
+_LEGACY_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+LEGACY_HEAD = 512
+"""Bytes :func:`legacy_format` needs from a file's start (a tar header is 512)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,17 @@ class DamagedZipError(OSError):
     OSError, which they report as a failed read."""
 
 
+def legacy_format(head: bytes) -> str | None:
+    """Which of torch's older formats a file starting with ``head`` is in, if any:
+    ``"legacy format"`` (``torch.save(..., _use_new_zipfile_serialization=False)``, and
+    torch before 1.6: pickles, no zip) or ``"tar format (torch before 0.4)"``."""
+    if head.startswith(b"\x80") and _LEGACY_MAGIC in head[:32]:
+        return "legacy format"
+    if head[257:262] == b"ustar":
+        return "tar format (torch before 0.4)"
+    return None
+
+
 def _reading_failed(error: OSError, shown: str) -> OSError:
     """An I/O error while reading (the file may be fine): an OSError naming the path."""
     if error.errno is None:
@@ -128,6 +143,14 @@ def _read_records(path: Any) -> tuple[list[Record], int]:
         except OSError as error:  # reading failed: not the file's bytes
             raise _reading_failed(error, shown) from error
         except zipfile.BadZipFile as error:
+            file.seek(0)
+            older = legacy_format(file.read(LEGACY_HEAD))
+            if older is not None:
+                msg = (
+                    f"path {shown!r} is in torch's {older}, not the zip archive torch.save "
+                    "writes by default: it has no records to list"
+                )
+                raise ValueError(msg) from error
             msg = f"path {shown!r} is not a zip archive (expected a torch.save file): {error}"
             raise ValueError(msg) from error
         except Exception as error:  # UnicodeDecodeError, struct.error, ... on damaged bytes
@@ -182,8 +205,9 @@ def archive_records(path: str | os.PathLike[str]) -> list[Record]:
         FileNotFoundError: ``path`` does not exist.
         IsADirectoryError: ``path`` is a directory.
         shutil.SpecialFileError: ``path`` is a FIFO, a device or a socket.
-        ValueError: the file is not a zip archive, or a damaged one (its end record,
-            index or a header); ``path`` contains a NUL byte. The message names ``path``.
+        ValueError: the file is not a zip archive (torch's legacy format is named as
+            such), or a damaged one (its end record, index or a header); ``path``
+            contains a NUL byte. The message names ``path``.
         OSError: reading failed (an I/O error, not the file's bytes); the message
             names ``path``.
 

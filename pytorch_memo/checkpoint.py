@@ -38,7 +38,13 @@ from torch import nn
 
 from pytorch_memo._checks import check_device, check_type
 from pytorch_memo._files import atomic_file, check_file_path, open_regular
-from pytorch_memo.archive import DamagedZipError, ZipView, record_start
+from pytorch_memo.archive import (
+    LEGACY_HEAD,
+    DamagedZipError,
+    ZipView,
+    legacy_format,
+    record_start,
+)
 
 __all__ = [
     "FORMAT",
@@ -57,9 +63,6 @@ __all__ = [
 FORMAT = "pytorch_memo.checkpoint/1"
 """The tag every checkpoint carries under ``"format"``; :func:`load_checkpoint` checks it."""
 _ZIP_MAGIC = b"PK\x03\x04"
-# torch's legacy format starts with a pickle (PROTO, maybe FRAME) of this number, LONG1
-_LEGACY_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
-_HEAD = 512  # bytes read to tell what a file that is not a zip is (a tar header is 512)
 _OPCODES = {ord(op.code): op.name for op in pickletools.opcodes}
 _FRAMED = 4  # pickle protocol 4 brought FRAME, MEMOIZE, ..., which torch's unpickler lacks
 _TORCH_PROTOCOL = 2  # what torch.save writes by default; torch.load warns about any other
@@ -757,7 +760,7 @@ def _not_a_zip(file: IO[bytes], shown: str, size: int, error: Exception) -> Chec
     """Why a file that zipfile cannot open is refused: a damaged zip, torch's legacy
     format (a pickle starting with its magic number, or a tar archive), or no checkpoint."""
     file.seek(0)
-    head = file.read(_HEAD)
+    head = file.read(LEGACY_HEAD)
     file.seek(0)
     if head.startswith(_ZIP_MAGIC):
         problem = (
@@ -765,16 +768,20 @@ def _not_a_zip(file: IO[bytes], shown: str, size: int, error: Exception) -> Chec
             f"cannot be read as one ({size} bytes; {_first_line(error)})"
         )
         return CorruptCheckpointError(shown, problem)
-    legacy = head.startswith(b"\x80") and _LEGACY_MAGIC in head[:32]
-    if legacy or head[257:262] == b"ustar":
-        kind = "legacy format" if legacy else "tar format (torch before 0.4)"
+    kind = legacy_format(head)
+    if kind is not None:
+        allocates = (  # read in torch/serialization.py: UntypedStorage(nbytes), then data
+            ", and torch.load allocates each tensor at the size the file claims before reading it"
+            if kind == "legacy format"
+            else ""
+        )
         problem = (
             f"is in torch's {kind}, not the zip archive torch.save writes by default "
             "(torch.save(..., _use_new_zipfile_serialization=False) writes the legacy "
-            "one), and load_checkpoint does not read it: that format has no checksums, "
-            "so damaged bytes would load as wrong values, and torch.load allocates each "
-            "tensor at the size the file claims before reading it. If you trust the file, "
-            "load it with torch.load and save it again with save_checkpoint"
+            "one), and load_checkpoint does not read it: that format has no checksums of "
+            f"its data, so damaged bytes would load as wrong values{allocates}. If you "
+            "trust the file, load it with torch.load and save it again with "
+            "save_checkpoint"
         )
         return UnsupportedCheckpointError(shown, problem)
     problem = (

@@ -250,6 +250,14 @@ def test_an_index_before_the_start_of_the_file_is_named(tmp_path: Path) -> None:
         archive_records(path)
 
 
+def test_torchs_legacy_format_is_named_as_such(tmp_path: Path) -> None:
+    # Issue 24, D8: "is not a zip archive (expected a torch.save file)" was half true.
+    path = tmp_path / "old.pt"
+    torch.save({"w": torch.zeros(4)}, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(ValueError, match=r"old\.pt' is in torch's legacy format, not the zip"):
+        archive_records(path)
+
+
 def test_an_io_error_is_an_os_error_naming_the_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

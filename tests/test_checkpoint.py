@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import errno
+import io
 import os
 import pickle
 import random
@@ -17,6 +18,7 @@ import stat
 import struct
 import subprocess
 import sys
+import tarfile
 import textwrap
 import warnings
 import zipfile
@@ -1119,6 +1121,17 @@ def test_a_legacy_format_file_is_named_as_such(tmp_path: Path, protocol: int) ->
     if protocol == 2:  # torch reads it, with no checksum to check
         assert torch.load(path, weights_only=True)["format"] == FORMAT
     with pytest.raises(UnsupportedCheckpointError, match=r"old\.pt' is in torch's legacy format"):
+        load_checkpoint(path, model=nn.Linear(2, 2))
+
+
+def test_a_tar_archive_is_named_as_torchs_oldest_format(tmp_path: Path) -> None:
+    # torch before 0.4 wrote a tar archive (torch.load still tries it first).
+    path = tmp_path / "ancient.pt"
+    with tarfile.open(path, "w") as archive:
+        info = tarfile.TarInfo("storages")
+        info.size = 3
+        archive.addfile(info, io.BytesIO(b"abc"))
+    with pytest.raises(UnsupportedCheckpointError, match=r"tar format \(torch before 0\.4\)"):
         load_checkpoint(path, model=nn.Linear(2, 2))
 
 
