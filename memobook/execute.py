@@ -22,8 +22,9 @@ SIGKILL when the thread that started it dies (``PR_SET_PDEATHSIG``). Its connect
 (ports and HMAC key) is made in Jupyter's runtime folder and removed as soon as the
 kernel answers. On SIGINT or SIGTERM the kernel's process group is killed and the
 connection file removed at once (``nox`` follows Ctrl-C with SIGTERM after 0.3 s and
-SIGKILL 0.2 s later, before a graceful shutdown could end); nothing is written, and the
-status is 128 + the signal's number. A watchdog process (a session of its own) waits on
+SIGKILL 0.2 s later, before a graceful shutdown could end); nothing is written (a
+signal that comes during the write waits for its end, and the message says the outputs
+were written), and the status is 128 + the signal's number. A watchdog process (a session of its own) waits on
 a pipe from this one: when this process dies in any way, SIGKILL included, it kills the
 kernel's process group and removes the connection file. Run by ``nox`` (or with
 ``--die-with-parent``), this process itself gets SIGTERM when its parent dies, so that
