@@ -64,7 +64,6 @@ FORMAT = "pytorch_memo.checkpoint/1"
 """The tag every checkpoint carries under ``"format"``; :func:`load_checkpoint` checks it."""
 _ZIP_MAGIC = b"PK\x03\x04"
 _OPCODES = {ord(op.code): op.name for op in pickletools.opcodes}
-_FRAMED = 4  # pickle protocol 4 brought FRAME, MEMOIZE, ..., which torch's unpickler lacks
 _TORCH_PROTOCOL = 2  # what torch.save writes by default; torch.load warns about any other
 _QUANTIZED = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
 _SHOWN_KEYS = 5
@@ -98,9 +97,10 @@ class CheckpointMismatchError(CheckpointError):
 
 
 class UnsupportedCheckpointError(CheckpointError):
-    """The file is not damaged, but in a form :func:`load_checkpoint` does not read:
-    torch's legacy format (``torch.save(..., _use_new_zipfile_serialization=False)``
-    or torch before 1.6), or a pickle of a protocol (4, 5) that
+    """The file is in a form :func:`load_checkpoint` does not read, which is no sign
+    of damage: torch's legacy format (``torch.save(...,
+    _use_new_zipfile_serialization=False)`` or torch before 1.6; the tar format of
+    torch before 0.4), or a well-formed pickle whose opcodes (protocols 0, 1, 4 and 5)
     ``torch.load(weights_only=True)`` cannot read in the torch installed."""
 
 
@@ -577,8 +577,9 @@ def load_checkpoint(
     protocol 2 or 3) is read. Torch's legacy format
     (``_use_new_zipfile_serialization=False``) has no checksums, and ``torch.load``
     allocates its tensors at the sizes the file claims before reading them: it is an
-    :class:`UnsupportedCheckpointError`, as is a pickle of protocol 4 or 5, which
-    ``torch.load(weights_only=True)`` cannot read (torch 2.15 lacks their opcodes).
+    :class:`UnsupportedCheckpointError`, as is a pickle of protocol 0, 1, 4 or 5,
+    which ``torch.load(weights_only=True)`` cannot read (torch 2.15's weights-only
+    unpickler lacks their opcodes); the message names the protocol and the opcode.
 
     Args:
         path: the checkpoint file.
@@ -608,7 +609,8 @@ def load_checkpoint(
             end record or index included) or not a torch checkpoint.
         UnsafeCheckpointError: the file names objects ``weights_only=True`` refuses.
         UnsupportedCheckpointError: the file is in torch's legacy format, or its
-            pickle's protocol (4, 5) is one ``torch.load(weights_only=True)`` cannot read.
+            pickle's protocol (0, 1, 4, 5) is one ``torch.load(weights_only=True)``
+            cannot read.
         CheckpointMismatchError: entries are missing or malformed, or keys, shapes,
             dtypes, groups, options or generator states do not fit.
         OSError: reading failed (an I/O error); the message names ``path``.
@@ -839,30 +841,28 @@ def _protocol(head: bytes) -> int | None:
 
 
 def _protocol_problem(file: IO[bytes], where: tuple[int, int], error: BaseException) -> str | None:
-    """Why torch's weights-only unpickler refused a pickle that is not damaged: it uses
-    protocol 4 or 5, whose opcodes (FRAME, MEMOIZE, ...) that unpickler lacks. None if
-    the pickle is not of those protocols, or is no valid stream of opcodes."""
+    """Why torch's weights-only unpickler refused a pickle that is not damaged: the
+    pickle is a well-formed stream of opcodes, one of which (FRAME, MEMOIZE... of
+    protocols 4 and 5; the text opcodes of protocol 0...) that unpickler lacks. None if
+    torch's error names no such opcode, or the bytes are no valid pickle (corrupt)."""
     found = re.search(r"Unsupported operand (\d+)", str(error))
-    if found is None:
+    code = int(found.group(1)) if found is not None else -1
+    if code not in _OPCODES:
         return None
     try:
         data = _pickle_bytes(file, where)
-        protocol = _protocol(data)
-        if protocol is None or protocol < _FRAMED:
-            return None
-        for _ in pickletools.genops(data):  # raises on bytes that are no pickle
-            pass
+        used = max(op.proto for op, _, _ in pickletools.genops(data))  # raises on junk
     except Exception:  # noqa: BLE001 - unreadable or no pickle: the caller says corrupt
         return None
-    code = int(found.group(1))
-    opcode = _OPCODES.get(code, "unknown")
+    protocol = _protocol(data)
+    if protocol is None:  # protocols 0 and 1 have no PROTO opcode
+        protocol = used
+    how = f" (torch.save(..., pickle_protocol={protocol}))" if protocol != _TORCH_PROTOCOL else ""
     return (
-        f"uses pickle protocol {protocol} (torch.save(..., pickle_protocol={protocol})), "
-        f"which torch.load(weights_only=True) cannot read in torch {torch.__version__}: "
-        f"its unpickler lacks the opcode {opcode} ({code}). Its pickle is well-formed, "
-        "not damaged; save it again with torch.save's default protocol (save_checkpoint "
-        "always uses it), loading it with torch.load(weights_only=False) only if you "
-        "trust the file"
+        f"uses pickle protocol {protocol}{how}: its pickle is well-formed but holds the opcode {_OPCODES[code]} ({code}), which torch.load(weights_only=True) "
+        f"cannot read in torch {torch.__version__} (its unpickler lacks that opcode). Save "
+        "it again with torch.save's default protocol (save_checkpoint always uses it), "
+        "loading it with torch.load(weights_only=False) only if you trust the file"
     )
 
 
