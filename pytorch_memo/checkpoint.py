@@ -561,8 +561,8 @@ def load_checkpoint(
     entries, keys, shapes and dtypes are still checked.
 
     **Dtypes.** ``model.load_state_dict`` copies each tensor into the model's own with
-    ``copy_``, which casts anything to anything (NaN becomes -9223372036854775808 in an
-    int64 buffer, any nonzero float True in a bool one). Here a tensor whose dtype
+    ``copy_``, which casts anything to anything (on CPU with torch 2.15, NaN becomes
+    -9223372036854775808 in an int64 buffer, any nonzero float True in a bool one). Here a tensor whose dtype
     differs from the model's is accepted only if the cast keeps its kind or widens it,
     as :func:`torch.can_cast` allows (bool to integer to floating point to complex), and
     every value lies within the model dtype's range (no integer wraps around, no
