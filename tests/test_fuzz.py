@@ -519,6 +519,7 @@ REGISTRY: dict[str, Entry | str] = {
     "extensions.default_build_root": Entry(calls([], {"start": PATH_OR_DIR})),
     "extensions.is_stale_lock": Entry(calls([PATH_OR_DIR])),
     "extensions.killed_build": Entry(calls([PATH_OR_DIR])),
+    "extensions.release_folder_name": Entry(calls()),
     "extensions.StaleLockWarning": ERROR,
     # devices
     "devices.pick_device": Entry(calls([A([None, *DEVICE.valid], DEVICE.hostile)])),
