@@ -227,6 +227,7 @@ def test_the_record_keeps_runs_per_release_and_python(tmp_path: Path) -> None:
 
 
 def test_the_memo_names_a_claims_releases_compactly() -> None:
+    pytest.importorskip("sphinx", reason="memobook.site needs the book dependency group")
     from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome
     from memobook.site import _spans, claim_releases
 

@@ -122,9 +122,10 @@ def test_the_matrix_record_round_trips_and_replaces_a_release(tmp_path: Path) ->
     older = MatrixRun("2.8.0", "0.23.0", "d", "3.11.7", unit, {"views": Outcome(6, 0, 0)})
     MatrixRecord().with_run(first).with_run(older).write(path)
     again = MatrixRecord.read(path)
-    assert list(again.runs) == ["2.8.0", "2.15.0"]  # by version, not as text
-    assert again.runs["2.15.0"] == first
-    assert not again.runs["2.15.0"].chapters["views"].ok
-    redone = MatrixRun("2.15.0", "0.29.2", "e", "3.11.7", unit, {"views": Outcome(6, 0, 0)})
-    assert MatrixRecord.read(path).with_run(redone).runs["2.15.0"].executed == "e"
+    # by version, not as text; a run is a release on a Python
+    assert list(again.runs) == ["2.8.0 py3.11", "2.15.0 py3.11"]
+    assert again.runs["2.15.0 py3.11"] == first
+    assert not again.runs["2.15.0 py3.11"].chapters["views"].ok
+    redone = MatrixRun("2.15.0", "0.29.2", "e", "3.11.9", unit, {"views": Outcome(6, 0, 0)})
+    assert MatrixRecord.read(path).with_run(redone).runs["2.15.0 py3.11"].executed == "e"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix.json"]
