@@ -598,9 +598,8 @@ def load_checkpoint(
     Raises:
         TypeError: an argument has the wrong type.
         ValueError: ``map_location`` names no device, or ``"meta"``, or a CPU other
-            than ``"cpu"``/``"cpu:0"`` (the rule of
-            :func:`~pytorch_memo._checks.check_device`); ``path`` is empty or contains
-            a NUL byte.
+            than ``"cpu"``/``"cpu:0"`` (the one rule for device strings of every helper:
+            a CPU has index 0 or none); ``path`` is empty or contains a NUL byte.
         RuntimeError: ``map_location`` names a device this machine does not have.
         FileNotFoundError: ``path`` does not exist.
         IsADirectoryError: ``path`` is a directory.

@@ -215,7 +215,7 @@ def memory_report(device: str | torch.device) -> MemoryReport:
     Raises:
         TypeError: ``device`` is not a str or device.
         ValueError: ``device`` is neither CPU nor CUDA, or names a CPU other than
-            ``"cpu"`` (``"cpu:1"``: see :func:`~pytorch_memo._checks.check_device`).
+            ``"cpu"`` (``"cpu:1"``: a CPU has index 0 or none, as torch.load requires).
 
     Example:
         >>> import torch
@@ -315,7 +315,7 @@ def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu")
         TypeError: ``fn`` is not callable without arguments, or ``device`` is not a str
             or device.
         ValueError: ``device`` is neither CPU nor CUDA, or names a CPU other than
-            ``"cpu"`` (``"cpu:1"``: see :func:`~pytorch_memo._checks.check_device`).
+            ``"cpu"`` (``"cpu:1"``: a CPU has index 0 or none, as torch.load requires).
         RuntimeError: ``device`` is CUDA on a machine without it.
 
     Example:
