@@ -85,6 +85,18 @@ def _notebook(topic: str, title: str, builds_on: memobook.Chapter | None) -> nbf
     nb.metadata["language_info"] = memobook.language_info()
     setup = nbformat.v4.new_code_cell(memobook.setup_cell_source())
     setup.metadata["tags"] = [memobook.HIDE_INPUT_TAG]
+    check = nbformat.v4.new_code_cell(
+        "# Claim: a tensor of shape `(2, 3)` holds six elements, as `numel()` counts.\n"
+        "assert torch.zeros(2, 3).numel() == element_count((2, 3)) == 6"
+    )
+    memobook.fold_check(check)
+    summary = nbformat.v4.new_markdown_cell(
+        "## Summary: what to do\n\n"
+        "What a reader should remember, as imperative lines; each is checked above "
+        "([the memo](memo.md) links every claim to its cell).\n\n"
+        "- Count a tensor's elements with `numel()`."
+    )
+    summary.metadata["tags"] = [memobook.CONTEXT_TAG]
     nb.cells = [
         nbformat.v4.new_markdown_cell(
             f"# {title}\n\nWhat this chapter shows, in two or three sentences.{link}\n\n"
@@ -94,18 +106,16 @@ def _notebook(topic: str, title: str, builds_on: memobook.Chapter | None) -> nbf
         nbformat.v4.new_code_cell(
             f"import torch\n\nfrom pytorch_memo.{topic} import element_count\n\ntorch.__version__"
         ),
+        nbformat.v4.new_markdown_cell("## A first section"),
+        nbformat.v4.new_code_cell("t = torch.zeros(2, 3)\nt.numel()"),
         nbformat.v4.new_markdown_cell(
-            "## A first section\n\n"
-            "Prose explains one fact at a time; the cell after it states the fact as a claim "
-            "(its first comment line) and checks it. A tensor of shape `(2, 3)` holds six "
-            "elements, as `numel()` counts."
+            "A section opens with a short cell whose output the reader sees; the prose then "
+            "explains it, one fact at a time; the claim cell after it states the fact (its "
+            "first comment line) and checks it, folded on the site when long. A tensor of "
+            "shape `(2, 3)` holds six elements, as `numel()` counts."
         ),
-        nbformat.v4.new_code_cell(
-            "# Claim: a tensor of shape `(2, 3)` holds six elements, as `numel()` counts.\n"
-            "t = torch.zeros(2, 3)\n"
-            "assert t.numel() == element_count((2, 3)) == 6\n"
-            "t.numel()"
-        ),
+        check,
+        summary,
     ]
     return nb  # type: ignore[no-any-return]  # nbformat is unannotated
 

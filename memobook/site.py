@@ -244,7 +244,7 @@ class TeachingDirective(SphinxDirective):
             f"check lines (book target: at most {teaching.CHECK_LINES_TARGET:.0%})",
             f"code cells without output (at most {teaching.SILENT_CELLS_TARGET:.0%})",
         ]
-        return [_table(headers, rows)]
+        return [_table(headers, rows, css_class="memo-teaching")]
 
 
 def _outcome_text(outcome: Outcome) -> str:
