@@ -20,10 +20,20 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 
 import memobook
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+POSIX_PROCESSES = [
+    pytest.mark.early,  # processes and kernels: handed out first (tests/conftest.py)
+    pytest.mark.skipif(
+        not Path("/proc/self/stat").exists(), reason="needs /proc and POSIX signals (Linux)"
+    ),
+]
+"""The marks of the author tools' process tests (``pytestmark`` of their files)."""
 
 
 def notebook(*cells: str, title: str = "A tiny chapter") -> str:

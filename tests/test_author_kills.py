@@ -25,10 +25,9 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
-
 from memobook import scaffold
 from tests.authorbook import (
+    POSIX_PROCESSES,
     alive,
     connection_files,
     finish,
@@ -40,12 +39,7 @@ from tests.authorbook import (
 )
 from tests.processes import no_orphans
 
-pytestmark = [
-    pytest.mark.early,  # processes and kernels: handed out first (tests/conftest.py)
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="needs /proc and POSIX signals (Linux)"
-    ),
-]
+pytestmark = POSIX_PROCESSES
 
 KILLS = 10
 """Kills of each tool: SIGINT, SIGTERM and SIGKILL in turn."""

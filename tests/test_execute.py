@@ -28,6 +28,7 @@ from memobook._guard import (
     replace_if_unchanged,
 )
 from tests.authorbook import (
+    POSIX_PROCESSES,
     alive,
     connection_files,
     environment,
@@ -41,12 +42,7 @@ from tests.authorbook import (
 )
 from tests.processes import no_orphans
 
-pytestmark = [
-    pytest.mark.early,  # processes and kernels: handed out first (tests/conftest.py)
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="needs /proc and POSIX signals (Linux)"
-    ),
-]
+pytestmark = POSIX_PROCESSES
 
 EDITS_ITSELF = """\
 import json, pathlib
