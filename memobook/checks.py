@@ -41,8 +41,8 @@ import memobook
 CHECKS = ("lint", "tests", "notebooks", "site")
 """Every check of ``nox``, in the order their results are listed."""
 ALONE = ("book", "gpu")
-"""Commands of other nox sessions, run one at a time: the site alone, and lax nbval with
-the ``gpu`` cells on a machine with CUDA (``nox -s gpu`` checks for CUDA first)."""
+"""Commands of other nox sessions, run one at a time: the site alone, and the GPU run of
+the chapters with ``gpu`` cells on a machine with CUDA (:mod:`memobook.gpu`)."""
 LOGS = memobook.ROOT / "_build" / "checks"
 TIMEOUT = 1800.0
 """Seconds a check may run by default before it is stopped (a run on 2 cores takes a
@@ -96,9 +96,8 @@ def commands(check: str, posargs: Sequence[str] = ()) -> list[Command]:
             ("python", "-m", "memobook.pdf"),
             ("python", "-m", "pytest", "tests/site", *args),
         ]
-    if check == "gpu":  # one kernel at a time: one GPU
-        lax = ("python", "-m", "pytest", "--nbval-lax", "--memo-record-gpu", *memobook.NBVAL_ARGS)
-        return [(*lax, *_notebook_paths(args))]
+    if check == "gpu":  # the chapters with gpu cells, each on a copy (memobook.gpu)
+        return [("python", "-m", "memobook.gpu", *args)]
     raise KeyError(f"no check named {check!r}; the checks are {', '.join((*CHECKS, *ALONE))}")
 
 

@@ -49,6 +49,7 @@ from jupyter_client import AsyncKernelManager  # type: ignore[attr-defined]
 from jupyter_core.paths import jupyter_runtime_dir
 from jupyter_core.utils import ensure_dir_exists
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, DeadKernelError
 
 import memobook
 from memobook._guard import (
@@ -212,13 +213,16 @@ def run_cells(
     *,
     timeout: int = 600,
     seconds: dict[int, float] | None = None,
+    failures: list[tuple[int, str, str]] | None = None,
 ) -> int:
     """Run ``nb``'s code cells in order in a fresh kernel; return how many are `gpu` cells.
 
     Without CUDA, `gpu` cells are not run and keep their stored outputs. When
     ``seconds`` is given, it receives how long each cell that ran took, by index. On
     SIGINT or SIGTERM (in the main thread) the kernel is killed and
-    :class:`~memobook._guard.Interrupted` raised.
+    :class:`~memobook._guard.Interrupted` raised. When ``failures`` is given, a cell that
+    raises does not stop the run: its index, exception name and message are appended
+    (the GPU run, :mod:`memobook.gpu`, reports every failing cell at once).
     """
     gpu = [memobook.GPU_TAG in c.metadata.get("tags", []) for c in nb.cells]
     has_cuda = any(gpu) and _cuda()  # torch is imported only when needed (seconds)
@@ -247,7 +251,17 @@ def run_cells(
                             cell.execution_count = None  # keep the outputs of the last GPU run
                             continue
                     start = time.perf_counter()
-                    client.execute_cell(cell, index)
+                    try:
+                        client.execute_cell(cell, index)
+                    except CellExecutionError as error:
+                        if failures is None:
+                            raise
+                        failures.append((index, error.ename, error.evalue))
+                    except DeadKernelError as error:
+                        if failures is None:
+                            raise
+                        failures.append((index, "DeadKernelError", str(error)))
+                        break  # nothing after it can run in this kernel
                     if seconds is not None:
                         seconds[index] = time.perf_counter() - start
     finally:

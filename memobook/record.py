@@ -134,19 +134,6 @@ def write_record(nb: dict[str, Any], record: RunRecord) -> None:
     nb.setdefault("metadata", {})[METADATA_KEY] = record.to_json()
 
 
-def record_gpu_run(path: Path, run: GpuRun) -> None:
-    """Store ``run`` as the GPU run of the notebook at ``path``, keeping the rest."""
-    from pytorch_memo._files import write_text
-
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    old = read_record(nb, where=str(path))
-    if old is None:
-        msg = f"{path} has no run record: execute it first (nox -s execute -- {path})"
-        raise RecordError(msg)
-    write_record(nb, RunRecord(**{**asdict(old), "gpu_run": run}))
-    write_text(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-
-
 # --------------------------------------------------------------------------- the matrix
 
 

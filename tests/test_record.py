@@ -9,7 +9,6 @@ import nbformat
 import pytest
 
 import memobook
-from memobook.plugin import record_gpu_runs
 from memobook.record import (
     GpuRun,
     MatrixRecord,
@@ -87,29 +86,6 @@ def test_every_chapters_record_reads() -> None:
         assert record is not None, f"{chapter.name} was never executed"
         gpu = sum(memobook.GPU_TAG in memobook.tags(c) for c in memobook.code_cells(chapter.load()))
         assert record.gpu_cells == gpu, chapter.name
-
-
-def test_only_notebooks_whose_gpu_cells_all_passed_are_recorded(tmp_path: Path) -> None:
-    ok, bad = _notebook(tmp_path / "ok.ipynb"), _notebook(tmp_path / "bad.ipynb")
-    cells = {
-        ok: {"ok.ipynb::Cell 1", "ok.ipynb::Cell 2"},
-        bad: {"bad.ipynb::Cell 1", "bad.ipynb::Cell 2"},
-    }
-    assert record_gpu_runs(cells, {"bad.ipynb::Cell 2"}, RUN) == [ok]
-    recorded = read_record(json.loads(ok.read_text()))
-    assert recorded is not None
-    assert recorded.gpu_run == GpuRun(RUN.executed, RUN.torch, RUN.device, cells=2)
-    assert recorded.executed == RECORD.executed  # the execute record is kept
-    untouched = read_record(json.loads(bad.read_text()))
-    assert untouched is not None
-    assert untouched.gpu_run is None
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.ipynb", "ok.ipynb"]  # no temp files
-
-
-def test_a_gpu_run_needs_an_executed_notebook(tmp_path: Path) -> None:
-    path = _notebook(tmp_path / "new.ipynb", record=None)
-    with pytest.raises(RecordError, match="no run record: execute it first"):
-        record_gpu_runs({path: {"new.ipynb::Cell 0"}}, set(), RUN)
 
 
 def test_the_matrix_record_round_trips_and_replaces_a_release(tmp_path: Path) -> None:

@@ -57,13 +57,9 @@ def test_the_tests_check_runs_named_tests_alone_and_every_test_in_parallel() -> 
     assert "-n" not in named
 
 
-def test_the_gpu_run_is_lax_records_its_run_and_takes_the_same_chapters() -> None:
-    (command,) = commands("gpu")
-    assert command[3:5] == ("--nbval-lax", "--memo-record-gpu")
-    assert command[-len(memobook.chapters()) :] == tuple(memobook.chapter_paths())
-    assert "-n" not in command  # one kernel at a time on the one GPU
-    (one,) = commands("gpu", ["book/views.ipynb"])
-    assert one[-1] == "book/views.ipynb"
+def test_the_gpu_run_is_memobook_gpu_with_the_chapters_named() -> None:
+    assert commands("gpu") == [("python", "-m", "memobook.gpu")]
+    assert commands("gpu", ["views"]) == [("python", "-m", "memobook.gpu", "views")]
 
 
 def test_the_site_check_builds_prints_then_checks_in_a_browser() -> None:
