@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import multiprocessing as mp
 import os
 import pickle
@@ -84,6 +85,9 @@ def free_port() -> int:
 
 _JOIN_ATTEMPTS = 3
 _JOINED, _JOIN_FAILED, _FAILED = "ok", "join failed", "failed"
+_GRACE = 5.0
+"""Seconds the other ranks are given to report after one rank failed; then they are
+stopped (they may be waiting for the failed rank in a collective)."""
 
 
 def _entry(
@@ -188,8 +192,12 @@ def _collect(
     world_size: int,
     deadline: float,
 ) -> None:
-    """Read the ranks' reports into ``got``: all of them, or up to a failed join."""
+    """Read the ranks' reports into ``got``: all of them, or up to a failure (and
+    whatever the others report within :data:`_GRACE` seconds after it)."""
+    grace_end = math.inf
     while len(got) < world_size:
+        if time.monotonic() >= grace_end:
+            return
         left = deadline - time.monotonic()
         if left <= 0:
             missing = sorted(set(range(world_size)) - set(got))
@@ -206,6 +214,8 @@ def _collect(
         got[rank] = (status, payload)
         if status == _JOIN_FAILED:  # the others would wait for it: stop them all
             return
+        if status == _FAILED and grace_end == math.inf:  # the others may wait for it
+            grace_end = time.monotonic() + _GRACE
 
 
 def run_workers(
@@ -226,7 +236,9 @@ def run_workers(
 
     Joining the group on localhost occasionally fails with gloo's "Connection closed
     by peer" (PyTorch's own gloo tests saw the same); such a failed join is retried
-    with a fresh port, up to three attempts in all, within ``timeout``.
+    with a fresh port, up to three attempts in all, within ``timeout``. When a rank
+    fails, the others are stopped at once (they may be waiting for it in a collective)
+    and its traceback is raised.
 
     Args:
         worker: a module-level function; it finds its rank with ``dist.get_rank()``.

@@ -379,6 +379,7 @@ def fsdp2_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
         >>> [r["local"]["0.weight"].shape for r in ranks]
         [torch.Size([3, 4]), torch.Size([3, 4])]
     """
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
@@ -387,10 +388,13 @@ def fsdp2_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any]:
     check_process_group("fsdp2_step")
     share = _shard(batch_size, dist.get_world_size())
     model = make_model(seed)
+    # A CPU mesh: without one, fully_shard builds its mesh on the accelerator when the
+    # machine has one, and moves the parameters there (the batch stays on the CPU).
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for layer in model.children():
         if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     params: dict[str, DTensor] = {}
     for name, p in model.named_parameters():
         if not isinstance(p, DTensor):  # pragma: no cover - fully_shard makes DTensors

@@ -26,7 +26,12 @@ from pytorch_memo.distributed import (
     run_workers,
 )
 from tests.processes import no_orphans
-from tests.workers import dataloader_sum, hang, start_a_child_then_hang
+from tests.workers import (
+    dataloader_sum,
+    hang,
+    rank1_fails_rank0_waits,
+    start_a_child_then_hang,
+)
 
 pytestmark = pytest.mark.early  # a long file: handed out first (tests/conftest.py)
 
@@ -84,6 +89,16 @@ def test_ddp_gradients_equal_across_ranks_and_the_full_batch(
 def test_a_failing_rank_is_reported_with_its_traceback() -> None:
     with pytest.raises(RuntimeError, match=r"rank 0 of 2: failed:(.|\n)*batch_size must be"):
         run_workers(ddp_step, 0, 3, world_size=2)
+
+
+def test_a_failing_rank_stops_the_others_at_once_with_its_traceback() -> None:
+    # Rank 0 would wait in the barrier for the whole timeout; the failure of rank 1 is
+    # what is raised, long before it (a GPU run once reported only "ranks [0] did not
+    # finish within the timeout" here, and lost the traceback of the rank that failed).
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank 1 of 2: failed:(.|\n)*rank 1 gives up"):
+        run_workers(rank1_fails_rank0_waits, world_size=2, timeout=LOADED)
+    assert time.monotonic() - start < LOADED / 2  # the grace after a failure is 5 s
 
 
 def test_an_unpicklable_worker_is_refused_before_any_process_runs() -> None:

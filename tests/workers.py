@@ -32,3 +32,12 @@ def start_a_child_then_hang(folder: str) -> None:
 def hang() -> None:
     """Never return (within the tests' patience)."""
     time.sleep(120)
+
+
+def rank1_fails_rank0_waits() -> None:
+    """Rank 1 raises at once; rank 0 waits for it in a barrier (which never comes)."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise ValueError("rank 1 gives up")
+    dist.barrier()
