@@ -61,6 +61,10 @@ def _kind(name: str) -> str:
     return "metadata"
 
 
+_ZIP_START = b"PK\x03\x04"
+"""The first bytes of a zip archive that starts with a record, as torch.save writes it."""
+
+
 class ZipView:
     """A file as :mod:`zipfile` should read an untrusted archive (private to the package).
 
@@ -144,7 +148,13 @@ def _read_records(path: Any) -> tuple[list[Record], int]:
             raise _reading_failed(error, shown) from error
         except zipfile.BadZipFile as error:
             file.seek(0)
-            older = legacy_format(file.read(LEGACY_HEAD))
+            head = file.read(LEGACY_HEAD)
+            older = legacy_format(head)
+            if head.startswith(_ZIP_START):  # a zip's first record, whatever its end says
+                # (CPython releases that check the zip64 end record say so here, where
+                # others seek before the file's start: the DamagedZipError above)
+                msg = f"path {shown!r} is a damaged zip archive: {error}"
+                raise ValueError(msg) from error
             if older is not None:
                 msg = (
                     f"path {shown!r} is in torch's {older}, not the zip archive torch.save "

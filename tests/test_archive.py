@@ -246,7 +246,10 @@ def test_an_index_before_the_start_of_the_file_is_named(tmp_path: Path) -> None:
     zip64 = bytes(data).rfind(b"PK\x06\x06")  # torch's writer adds a zip64 end record
     struct.pack_into("<Q", data, zip64 + 48, struct.unpack_from("<Q", data, zip64 + 48)[0] + 4096)
     path.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=r"path '.*s\.pt' is a damaged zip archive: its offsets"):
+    with pytest.raises(
+        ValueError,
+        match=r"path '.*s\.pt' is a damaged zip archive: (its offsets|Corrupt zip64 end)",
+    ):
         archive_records(path)
 
 

@@ -1079,7 +1079,9 @@ def test_a_damaged_end_record_is_a_corrupt_checkpoint(saved: Path) -> None:
     data = bytearray(saved.read_bytes())
     _central_directory_moved(data, 4096)
     saved.write_bytes(bytes(data))
-    with pytest.raises(CorruptCheckpointError, match=r"good\.pt' is .*before the start of"):
+    with pytest.raises(
+        CorruptCheckpointError, match=r"good\.pt' is .*(before the start of|Corrupt zip64 end)"
+    ):
         load_checkpoint(saved, model=nn.Linear(64, 64))
 
 
@@ -1498,6 +1500,22 @@ def _nested(layout: torch.layout) -> torch.Tensor:
         return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=layout)
 
 
+def _weights_only_loads_nested() -> bool:
+    """Whether this torch's ``torch.load(weights_only=True)`` loads a nested tensor (the
+    matrix: 2.8.0 to 2.14.1 do, 2.15.0 refuses it)."""
+    buffer = io.BytesIO()
+    torch.save({"n": _nested(torch.jagged)}, buffer)
+    buffer.seek(0)
+    try:
+        torch.load(buffer, weights_only=True)
+    except pickle.UnpicklingError:
+        return False
+    return True
+
+
+NESTED_LOADS = _weights_only_loads_nested()
+
+
 @pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
 def test_a_refused_buffer_is_named_not_blamed_on_extra(
     layout: torch.layout, tmp_path: Path
@@ -1507,6 +1525,10 @@ def test_a_refused_buffer_is_named_not_blamed_on_extra(
     model = nn.Linear(2, 2)
     model.register_buffer("lengths", _nested(layout))
     path = tmp_path / "c.pt"
+    if NESTED_LOADS:  # what this torch loads is saved
+        save_checkpoint(path, model=model, extra={"step": 1}, rng=False)
+        assert path.exists()
+        return
     with pytest.raises(
         UnsafeCheckpointError,
         match=r"c\.pt' was not written: model\['lengths'\] would hold torch\.\S*nested.*"
@@ -1527,6 +1549,7 @@ def test_a_refused_extra_entry_is_named(tmp_path: Path) -> None:
     with pytest.raises(UnsafeCheckpointError, match="pickle cannot save") as caught:
         save_checkpoint(tmp_path / "c.pt", model=nn.Linear(2, 2), extra=extra, rng=False)
     message = str(caught.value)
-    assert "was not written: extra['lengths'], extra['fn'] would hold" in message
+    refused = "extra['fn']" if NESTED_LOADS else "extra['lengths'], extra['fn']"
+    assert f"was not written: {refused} would hold" in message
     assert message.endswith("; keep extra to plain data")
     assert "module's state" not in message

@@ -342,6 +342,9 @@ def SELF(name: str) -> A:
     return A(O(name), [])
 
 
+NO_CUDA_ONLY = [] if torch.cuda.is_available() else ["__global__ void k() {}"]
+"""Values refused only on a machine without CUDA."""
+
 REGISTRY: dict[str, Entry | str] = {
     # tensors
     "tensors.describe": Entry(
@@ -505,7 +508,8 @@ REGISTRY: dict[str, Entry | str] = {
             ],
             {
                 "functions": A([None], [[1], 3, "", b"x", ["f", None]]),
-                "cuda_sources": A([None], ["__global__ void k() {}", 5, "", [b"x"]]),
+                # CUDA code is refused only where CUDA is not available (on a GPU it builds)
+                "cuda_sources": A([None], [*NO_CUDA_ONLY, 5, "", [b"x"]]),
                 "build_root": A(P("directory"), [3, "a\0b", b"x", *P("fifo", "text", "dev_null")]),
                 "extra_cflags": A([None], [3, [1], b"-O2"]),
                 "no_implicit_headers": A([True], [1, "yes", None]),
