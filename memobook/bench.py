@@ -10,7 +10,11 @@ of two things measured side by side in this one run:
 2. **A reader's Run All**, per chapter: running the chapter top to bottom in a fresh
    kernel, against a bare notebook (the setup cell and ``import torch``) run right
    before it. Goals: median over the chapters at most 2.0, every chapter at most 6.0.
-3. The site build (``jupyter-book build``), for information, and the slowest cells.
+3. **Peak memory** of each chapter's Run All: the proportional set size (PSS, shared
+   pages split between the processes that share them) of the kernel and every process
+   it starts, summed, sampled every 0.2 s while the chapter runs. Goal: at most 1.5 GiB
+   (Binder gives a reader 2 GB).
+4. The site build (``jupyter-book build``), for information, and the slowest cells.
 
 Exit status 1 when a goal is missed.
 """
@@ -23,9 +27,12 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 import nbformat
 
@@ -36,6 +43,48 @@ WORK = memobook.ROOT / "_build" / "bench"
 GOAL_OVERHEAD = 1.10
 GOAL_MEDIAN = 2.0
 GOAL_EACH = 6.0
+GOAL_MEMORY_GIB = 1.5
+SAMPLE_SECONDS = 0.2
+
+
+class PeakPss:
+    """The largest summed PSS (bytes) of this process's descendants while in the block.
+
+    The kernel, the processes it starts (DataLoader workers, ranks, compilers) and the
+    kernel's small watchdog are this process's descendants; this process is not.
+    """
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for child in me.children(recursive=True):
+                try:
+                    total += child.memory_full_info().pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue  # gone, or not ours to read, between listing and reading
+            self.peak = max(self.peak, total)
+            self._stop.wait(SAMPLE_SECONDS)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def bare_notebook() -> nbformat.NotebookNode:
@@ -97,17 +146,26 @@ def main(argv: list[str] | None = None) -> int:
     run_all(bare)  # warm-up: the first kernel of a run starts cold
 
     print("1. A reader's Run All, each chapter beside a bare notebook run just before it")
-    print(f"{'chapter':<16} {'chapter s':>9} {'bare s':>7} {'ratio':>6}")
+    print(f"{'chapter':<16} {'chapter s':>9} {'bare s':>7} {'ratio':>6} {'peak GiB':>9}")
     cells: list[tuple[float, str]] = []
-    ratios = []
+    ratios, peaks = [], []
     for path in paths:
         floor = run_all(bare)
-        took = run_all(path, cells)
+        with PeakPss() as memory:
+            took = run_all(path, cells)
         ratios.append(took / floor)
-        print(f"{path.stem:<16} {took:9.1f} {floor:7.1f} {took / floor:6.2f}", flush=True)
+        peaks.append(memory.peak / 2**30)
+        print(
+            f"{path.stem:<16} {took:9.1f} {floor:7.1f} {took / floor:6.2f} {peaks[-1]:9.2f}",
+            flush=True,
+        )
     median, worst = statistics.median(ratios), max(ratios)
     print(
         f"median ratio {median:.2f} (goal <= {GOAL_MEDIAN}); largest {worst:.2f} (goal <= {GOAL_EACH})"
+    )
+    print(
+        f"largest peak PSS {max(peaks):.2f} GiB, {paths[peaks.index(max(peaks))].stem} "
+        f"(goal <= {GOAL_MEMORY_GIB}; sampled every {SAMPLE_SECONDS} s)"
     )
     print("\nslowest cells (seconds):")
     for took, where in sorted(cells, reverse=True)[:12]:
@@ -126,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         command = ["jupyter-book", "build", ".", "--all", "--path-output", str(html)]
         subprocess.run(command, cwd=memobook.ROOT, check=True, stdout=subprocess.DEVNULL)
-        print(f"\n3. site build (jupyter-book, all pages): {time.perf_counter() - start:.1f} s")
+        print(f"\n4. site build (jupyter-book, all pages): {time.perf_counter() - start:.1f} s")
     shutil.rmtree(WORK, ignore_errors=True)
 
     missed = [
@@ -134,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, ok in (
             ("median Run All ratio", median <= GOAL_MEDIAN),
             ("largest Run All ratio", worst <= GOAL_EACH),
+            ("peak memory", max(peaks) <= GOAL_MEMORY_GIB),
             ("verification overhead", overhead <= GOAL_OVERHEAD),
         )
         if not ok
