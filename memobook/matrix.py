@@ -54,6 +54,7 @@ from memobook.record import (
     MatrixRecord,
     MatrixRun,
     Outcome,
+    gather_raised,
     now,
     source_digest,
 )
@@ -329,6 +330,9 @@ def check(release: Release, python_version: str = DEFAULT_PYTHON) -> MatrixRun:
         # before 2.14 waits forever on the `lock` file that 2.14 and later leave in a
         # build folder, so a shared cache folder would hang an older release's run.
         builds = {"TORCH_EXTENSIONS_DIR": str(Path(folder) / "torch_extensions")}
+        raised = Path(folder) / "raised"  # the errors the `raises` checks caught
+        raised.mkdir()
+        builds["MEMO_RAISED"] = str(raised)
         lax = _pytest(
             python,
             ["--nbval-lax", *memobook.NBVAL_OPTIONS, *memobook.NBVAL_WORKERS, *paths],
@@ -343,7 +347,8 @@ def check(release: Release, python_version: str = DEFAULT_PYTHON) -> MatrixRun:
             name = Path(path).stem
             chapters[name] = _outcome({k: v for k, v in lax.items() if k.startswith(prefix)})
             claims[name] = claim_outcomes(outside / path, path, lax, torch)
-    return MatrixRun(torch, vision, now(), py, _outcome(unit), chapters, claims)
+        errors = gather_raised(raised)
+    return MatrixRun(torch, vision, now(), py, _outcome(unit), chapters, claims, errors)
 
 
 def jobs(

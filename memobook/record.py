@@ -242,6 +242,9 @@ class MatrixRun:
     """Lax nbval outcome by chapter topic (``views``)."""
     claims: dict[str, dict[str, ClaimOutcome]] = field(default_factory=dict)
     """By chapter topic, then claim cell id: each claim cell's outcome in this run."""
+    raised: dict[str, list[list[str]]] = field(default_factory=dict)
+    """By the ``match`` of a ``raises`` check: the errors it caught in this run, each
+    ``[type, first line of the message]``, sorted (see :func:`pytorch_memo.checks.raises`)."""
 
     @property
     def key(self) -> str:
@@ -276,6 +279,7 @@ class MatrixRun:
                 }
                 for chapter, cells in claims.items()
             },
+            raised=_raised(data.get("raised", {}), where),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -285,6 +289,37 @@ class MatrixRun:
             for chapter, cells in self.claims.items()
         }
         return data
+
+
+def _raised(data: Any, where: str) -> dict[str, list[list[str]]]:
+    """A run's ``raised`` mapping, checked: match -> list of [type, message] pairs."""
+    ok = isinstance(data, Mapping) and all(
+        isinstance(pairs, list)
+        and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+            for p in pairs
+        )
+        for pairs in data.values()
+    )
+    if not ok:
+        msg = f"{where}: raised must map each match to a list of [type, message] pairs"
+        raise RecordError(msg)
+    return {str(k): [list(p) for p in v] for k, v in data.items()}
+
+
+def gather_raised(folder: Path) -> dict[str, list[list[str]]]:
+    """The errors :func:`pytorch_memo.checks.raises` noted in ``folder`` (``MEMO_RAISED``):
+    by ``match``, each distinct ``[type, message]``, sorted."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for path in sorted(folder.glob("raised-*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                note = json.loads(line)
+                key, pair = str(note["match"]), (str(note["type"]), str(note["message"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a kernel that died while writing it
+            found.setdefault(key, set()).add(pair)
+    return {k: [list(p) for p in sorted(v)] for k, v in sorted(found.items())}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ the cell when the error does not come, so a chapter never stores a traceback.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +40,12 @@ def raises(
 
     The first line of the message is printed (``TypeError: ...``) so the reader sees
     what torch says, while the cell itself succeeds.
+
+    Where the environment variable ``MEMO_RAISED`` names a folder (the book's version
+    matrix sets it), each error caught as expected is also noted there, in
+    ``raised-<process id>.jsonl`` (its type, ``match`` and first line), so that the
+    book's Errors page can show each message as every release prints it. Nothing is
+    noted, and nothing fails, when the variable is unset or the folder cannot be written.
 
     Args:
         expected: the exception type, or a tuple of them.
@@ -74,6 +82,20 @@ def raises(
     if pattern.search(caught.message) is None:
         msg = f"{names} was raised, but its message {caught.message!r} does not match {match!r}"
         raise AssertionError(msg) from caught.exception
+    first = caught.message.strip().splitlines()[0] if caught.message.strip() else ""
+    _note(type(caught.exception).__name__, match, first)
     if show:
-        first = caught.message.strip().splitlines()[0] if caught.message.strip() else ""
         print(f"{type(caught.exception).__name__}: {first}")
+
+
+def _note(kind: str, match: str, first_line: str) -> None:
+    """Append one caught error to ``$MEMO_RAISED/raised-<pid>.jsonl`` (see :func:`raises`)."""
+    folder = os.environ.get("MEMO_RAISED")
+    if not folder:
+        return
+    line = json.dumps({"type": kind, "match": match, "message": first_line[:500]})
+    try:
+        with open(os.path.join(folder, f"raised-{os.getpid()}.jsonl"), "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError:  # a side note for the matrix: never a reason to fail the reader's cell
+        return

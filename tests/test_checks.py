@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytorch_memo.checks import raises
@@ -51,3 +53,35 @@ def test_other_exception_types_pass_through() -> None:
 def test_match_must_be_a_string() -> None:
     with pytest.raises(TypeError, match="match must be a str"), raises(ValueError, match=3):  # type: ignore[arg-type]
         pass
+
+
+def test_raises_notes_each_caught_error_where_memo_raised_names_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import os
+
+    monkeypatch.setenv("MEMO_RAISED", str(tmp_path))
+    with raises(ZeroDivisionError, match="by zero", show=False):
+        1 / 0  # noqa: B018
+    with raises((KeyError, ValueError), match="bad", show=False):
+        raise ValueError("bad value\nsecond line")
+    (path,) = tmp_path.iterdir()
+    assert path.name == f"raised-{os.getpid()}.jsonl"
+    notes = [json.loads(line) for line in path.read_text().splitlines()]
+    assert notes == [
+        {"type": "ZeroDivisionError", "match": "by zero", "message": "division by zero"},
+        {"type": "ValueError", "match": "bad", "message": "bad value"},
+    ]
+
+
+def test_raises_notes_nothing_without_memo_raised_and_never_fails_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MEMO_RAISED", raising=False)
+    with raises(ZeroDivisionError, match="by zero", show=False):
+        1 / 0  # noqa: B018
+    monkeypatch.setenv("MEMO_RAISED", str(tmp_path / "missing" / "folder"))
+    with raises(ZeroDivisionError, match="by zero", show=False):
+        1 / 0  # noqa: B018
+    assert list(tmp_path.iterdir()) == []

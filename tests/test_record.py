@@ -105,3 +105,33 @@ def test_the_matrix_record_round_trips_and_replaces_a_release(tmp_path: Path) ->
     redone = MatrixRun("2.15.0", "0.29.2", "e", "3.11.9", unit, {"views": Outcome(6, 0, 0)})
     assert MatrixRecord.read(path).with_run(redone).runs["2.15.0 py3.11"].executed == "e"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix.json"]
+
+
+def test_the_errors_a_run_caught_round_trip_and_are_gathered(tmp_path: Path) -> None:
+    from memobook.record import gather_raised
+
+    (tmp_path / "raised-1.jsonl").write_text(
+        '{"type": "ValueError", "match": "bad", "message": "bad value"}\n'
+        '{"type": "ValueError", "match": "bad", "message": "bad value"}\n'
+        '{"type": "TypeError", "match": "bad", "message": "bad type"}\n'
+    )
+    (tmp_path / "raised-2.jsonl").write_text(
+        '{"type": "KeyError", "match": "k", "message": "\'k\'"}\n{"type": "Val'  # cut short
+    )
+    raised = gather_raised(tmp_path)
+    assert raised == {
+        "bad": [["TypeError", "bad type"], ["ValueError", "bad value"]],
+        "k": [["KeyError", "'k'"]],
+    }
+    run = MatrixRun("2.15.0", "0.30.0", "d", "3.11.7", Outcome(1, 0, 0), raised=raised)
+    path = tmp_path / "matrix.json"
+    MatrixRecord().with_run(run).write(path)
+    assert MatrixRecord.read(path).runs[run.key].raised == raised
+
+
+def test_a_damaged_raised_mapping_is_named(tmp_path: Path) -> None:
+    run = MatrixRun("2.15.0", "0.30.0", "d", "3.11.7", Outcome(1, 0, 0))
+    data = json.loads(json.dumps(run.to_json()))
+    data["raised"] = {"bad": [["ValueError"]]}
+    with pytest.raises(RecordError, match="raised must map each match"):
+        MatrixRun.from_json(data, "run")
