@@ -337,8 +337,15 @@ def _version_condition(node: ast.expr, version: str) -> bool | None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         inner = _version_condition(node.operand, version)
         return None if inner is None else not inner
-    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+    if not isinstance(node, ast.Compare):
         return None
+    if len(node.ops) > 1:  # a chain, `"2.10" <= torch.__version__ < "2.11"`: each pair
+        operands = [node.left, *node.comparators]
+        pairs = [
+            _version_condition(ast.Compare(a, [o], [b]), version)
+            for a, o, b in zip(operands, node.ops, operands[1:], strict=False)
+        ]
+        return None if any(v is None for v in pairs) else all(pairs)
     left, right, op = node.left, node.comparators[0], type(node.ops[0])
     if op not in _COMPARE:
         return None

@@ -2,6 +2,8 @@
 
 - ``memo-status``: a directive that renders the execution-status table from what
   `nox -s execute` (and a GPU run) recorded in each chapter's notebook metadata.
+- ``memo-errors`` and ``memo-changes``: the Errors and What changed pages
+  (:mod:`memobook.errors`).
 - ``memo-teaching``: per chapter, the share of visible code that checks rather than
   teaches (:mod:`memobook.teaching`), against the book's targets.
 - A "Helpers used in this chapter" section appended to every chapter, generated from
@@ -380,6 +382,102 @@ class ClaimsDirective(SphinxDirective):
         return [summary, *out]
 
 
+def _chapter_section(chapter: memobook.Chapter, prefix: str) -> nodes.section:
+    section = nodes.section(ids=[f"{prefix}-{chapter.name}"], names=[f"{prefix} {chapter.name}"])
+    title = nodes.title()
+    title += _doc_link(chapter.docname, chapter.title)
+    section += title
+    return section
+
+
+def _proof(docname: str, here: str, cell_id: str, text: str = "proof") -> nodes.reference:
+    relative = posixpath.relpath(docname, posixpath.dirname(here))
+    return nodes.reference(
+        "", text, refuri=f"{relative}.html#claim-{cell_id}", classes=["memo-proof-link"]
+    )
+
+
+class ErrorsDirective(SphinxDirective):
+    """The Errors page: every error a claim cell provokes, by chapter, by message."""
+
+    def run(self) -> list[nodes.Node]:
+        from memobook.errors import errors, release_text
+
+        root = Path(self.env.srcdir)
+        matrix = MatrixRecord.read(root / MATRIX.relative_to(memobook.ROOT))
+        entries = errors(root, matrix)
+        out: list[nodes.Node] = []
+        for chapter in memobook.chapters(root):
+            self.env.note_dependency(str(chapter.path))
+            mine = [e for e in entries if e.chapter == chapter.name]
+            if not mine:
+                continue
+            section = _chapter_section(chapter, "errors")
+            items = nodes.bullet_list(classes=["memo-errors"])
+            for entry in mine:
+                item = nodes.list_item(classes=["memo-error"])
+                head = nodes.paragraph(classes=["memo-error-message"])
+                head += nodes.literal(text=entry.key)
+                head += nodes.Text(" ")
+                head += _proof(chapter.docname, self.env.docname, entry.cell_id)
+                item += head
+                for label, text in (("Cause", entry.cause), ("Fix", entry.fix)):
+                    if text:
+                        line = nodes.paragraph(classes=[f"memo-error-{label.lower()}"])
+                        line += nodes.strong(text=f"{label}: ")
+                        line.extend(_inline(text))
+                        item += line
+                item += nodes.paragraph(text=release_text(entry), classes=["memo-releases"])
+                items += item
+            section += items
+            out.append(section)
+        count = len({e.key for e in entries})
+        summary = nodes.paragraph(
+            text=f"{count} distinct errors from {len(entries)} checks in {len(out)} chapters.",
+            classes=["memo-total"],
+        )
+        return [summary, *out]
+
+
+class ChangesDirective(SphinxDirective):
+    """The What changed page: each version branch of a claim cell, by the release that
+    changed it, newest first."""
+
+    def run(self) -> list[nodes.Node]:
+        from memobook.errors import changes, span_text
+
+        root = Path(self.env.srcdir)
+        matrix = MatrixRecord.read(root / MATRIX.relative_to(memobook.ROOT))
+        for chapter in memobook.chapters(root):
+            self.env.note_dependency(str(chapter.path))
+        out: list[nodes.Node] = []
+        items = nodes.bullet_list()
+        heading = None
+        for change in changes(root, matrix):
+            title = f"torch {change.changed_in}" if change.changed_in else "Other differences"
+            if title != heading:
+                heading = title
+                slug = title.lower().replace(" ", "-").replace(".", "-")
+                section = nodes.section(ids=[f"changes-{slug}"], names=[f"changes {title}"])
+                section += nodes.title(text=title)
+                items = nodes.bullet_list(classes=["memo-changes"])
+                section += items
+                out.append(section)
+            item = nodes.list_item(classes=["memo-change"])
+            head = nodes.paragraph()
+            head.extend(_inline(change.claim))
+            head += nodes.Text(" ")
+            head += _proof(change.docname, self.env.docname, change.cell_id)
+            item += head
+            tested = nodes.paragraph(classes=["memo-releases"])
+            tested += nodes.literal(text=change.test)
+            tested += nodes.Text(f": {span_text(change.then_runs)}; otherwise: "
+                                 f"{span_text(change.else_runs)}")  # fmt: skip
+            item += tested
+            items += item
+        return out
+
+
 def _gpu_text(record: RunRecord | None) -> str:
     text = "GPU cell: it runs only where CUDA is available; on a CPU it prints why it skips."
     run = None if record is None else record.gpu_run
@@ -489,6 +587,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("memo-claims", ClaimsDirective)
     app.add_directive("memo-matrix", MatrixDirective)
     app.add_directive("memo-teaching", TeachingDirective)
+    app.add_directive("memo-errors", ErrorsDirective)
+    app.add_directive("memo-changes", ChangesDirective)
     app.connect("doctree-read", _mark_cells)
     app.connect("builder-inited", _add_static)
     app.connect("config-inited", _configure)

@@ -220,6 +220,14 @@ def test_6b_the_branch_taken_follows_torchs_version_order() -> None:
     assert rules.version_branches("if torch.cuda.is_available():\n    pass\n") == []
 
 
+def test_6b_a_chained_comparison_is_a_version_branch_too() -> None:
+    chained = 'if "2.10" <= torch.__version__ < "2.11":\n    assert a\nelse:\n    assert b\n'
+    (branch,) = rules.version_branches(chained)
+    assert [branch.taken(v) for v in ("2.9.1", "2.10.0", "2.11.0")] == ["else", "then", "else"]
+    mixed = 'if "2.10" <= torch.__version__ < limit:\n    assert a\n'  # not torch's alone
+    assert rules.version_branches(mixed) == []
+
+
 def test_6c_a_universal_claim_checked_on_one_case_fails() -> None:
     one = _code(
         "# Claim: `sum` of every int tensor is an int.\nassert torch.tensor([1]).sum().dtype == torch.int64"

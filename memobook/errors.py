@@ -1,0 +1,343 @@
+"""The Errors and What changed pages, generated from the book (one owner: the chapters).
+
+**Errors**: every error a claim cell provokes with ``raises(Type, match=...)``, keyed by its
+message. The message as the pinned stack prints it comes from the cell's stored output
+(``raises`` prints ``Type: first line``); the messages of the other releases come from
+the version matrix, which notes what each ``raises`` caught (``MEMO_RAISED``,
+:func:`memobook.record.gather_raised`). A cause and a fix are read from comments written
+in the cell just above the ``with raises(...)``::
+
+    # Cause: the two operands live on different devices.
+    # Fix: move one of them first, `x.to(y.device)`.
+    with raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        ...
+
+(a comment line starting ``#   `` continues the one above it).
+
+**What changed**: every claim cell that branches on the torch version (an ``if`` on
+``torch.__version__``, :func:`memobook.claims.version_branches`), with the releases of the
+matrix that took each branch, grouped by the release where the behaviour changed (the
+first release after a run of releases that took the other branch), newest first.
+
+:func:`errors` and :func:`changes` return plain data; :func:`errors_text` and
+:func:`changes_text` render it as text (the golden tests compare those); the site's
+directives (:mod:`memobook.site`) render the same data as pages.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import memobook
+from memobook.record import MatrixRecord, minor, source_digest, version_key
+
+_FIRST_LINE = re.compile(r"^(\w+(?:\.\w+)*): (.*)$")
+
+
+@dataclass
+class ErrorEntry:
+    """One ``raises`` check of a claim cell."""
+
+    chapter: str
+    """The chapter's topic (``views``)."""
+    docname: str
+    cell_id: str
+    types: tuple[str, ...]
+    """The exception types the check expects, as written (``torch.OutOfMemoryError``)."""
+    match: str
+    message: str
+    """``Type: first line`` as the stored output shows it (the pinned stack), or ``""``."""
+    cause: str = ""
+    fix: str = ""
+    releases: dict[str, list[str]] = field(default_factory=dict)
+    """Each message (``Type: first line``) the matrix saw, with the runs that printed it
+    (``2.15 py3.11``), oldest first."""
+
+    @property
+    def names(self) -> set[str]:
+        """The exception classes' own names (``OutOfMemoryError``)."""
+        return {t.rsplit(".", 1)[-1] for t in self.types}
+
+    @property
+    def key(self) -> str:
+        """What the entry is sorted and found by: its message, else its pattern."""
+        return self.message or f"{'/'.join(sorted(self.names))}: /{self.match}/"
+
+
+def _comment_block(lines: list[str], line: int) -> dict[str, str]:
+    """The ``# Cause:`` and ``# Fix:`` comments right above source line ``line`` (1-based)."""
+    block: list[str] = []
+    index = line - 2
+    while index >= 0 and lines[index].lstrip().startswith("#"):
+        block.insert(0, lines[index].strip())
+        index -= 1
+    found: dict[str, str] = {}
+    current = None
+    for text in block:
+        label = re.match(r"#\s*(Cause|Fix):\s*(.*)$", text)
+        if label:
+            current = label.group(1).lower()
+            found[current] = label.group(2).strip()
+        elif current and text.startswith("#   "):
+            found[current] += " " + text[1:].strip()
+        else:
+            current = None
+    return found
+
+
+def _raises_calls(source: str) -> list[tuple[int, tuple[str, ...], str]]:
+    """Each ``with raises(Types, match="literal")`` of ``source``: its line, the types as
+    written and the pattern. Checks whose pattern is not a literal are left out."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.With):
+            continue
+        for item in node.items:
+            call = item.context_expr
+            if not isinstance(call, ast.Call) or not call.args:
+                continue
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else None
+            if isinstance(call.func, ast.Name):
+                name = call.func.id
+            if name != "raises":
+                continue
+            match = next((k.value for k in call.keywords if k.arg == "match"), None)
+            if not (isinstance(match, ast.Constant) and isinstance(match.value, str)):
+                continue
+            first = call.args[0]
+            elts = first.elts if isinstance(first, ast.Tuple) else [first]
+            found.append((node.lineno, tuple(ast.unparse(e) for e in elts), match.value))
+    return sorted(found)
+
+
+def _printed_lines(cell: dict[str, object]) -> list[str]:
+    lines: list[str] = []
+    outputs = cell.get("outputs", [])
+    assert isinstance(outputs, list)
+    for output in outputs:
+        if isinstance(output, dict) and output.get("output_type") == "stream":
+            lines += memobook.source({"source": output.get("text", "")}).splitlines()
+    return lines
+
+
+def _stored_message(lines: list[str], names: set[str], pattern: str) -> str:
+    for line in lines:
+        found = _FIRST_LINE.match(line)
+        if found and found.group(1) in names:
+            try:
+                if re.search(pattern, found.group(2)):
+                    return line
+            except re.error:
+                return ""
+    return ""
+
+
+def _run_name(torch: str, python: str) -> str:
+    return f"{minor(torch)} py{minor(python)}"
+
+
+def errors(root: Path | None = None, matrix: MatrixRecord | None = None) -> list[ErrorEntry]:
+    """Every ``raises`` check of every claim cell of the book at ``root``, in reading
+    order of the chapters, alphabetical by message within each."""
+    from memobook.claims import cell_claims
+
+    base = memobook.ROOT if root is None else root
+    record = MatrixRecord() if matrix is None else matrix
+    entries: list[ErrorEntry] = []
+    for chapter in memobook.chapters(base):
+        found = []
+        for cell in memobook.code_cells(chapter.load()):
+            source = memobook.source(cell)
+            if not cell_claims(source):
+                continue
+            lines = source.splitlines()
+            printed = _printed_lines(cell)
+            for line, types, pattern in _raises_calls(source):
+                if not any(t.rsplit(".", 1)[-1][:1].isupper() for t in types):
+                    continue  # a type held in a variable (`raises(refusal, ...)`): unknown
+                notes = _comment_block(lines, line)
+                entry = ErrorEntry(
+                    chapter.name,
+                    chapter.docname,
+                    str(cell.get("id", "")),
+                    types,
+                    pattern,
+                    "",
+                    notes.get("cause", ""),
+                    notes.get("fix", ""),
+                )
+                entry.message = _stored_message(printed, entry.names, pattern)
+                for run in record.sorted_runs():
+                    for kind, text in run.raised.get(pattern, []):
+                        if kind in entry.names:
+                            seen = f"{kind}: {text}"
+                            entry.releases.setdefault(seen, []).append(
+                                _run_name(run.torch, run.python)
+                            )
+                found.append(entry)
+        unique: dict[tuple[str, str], ErrorEntry] = {}
+        for entry in found:  # the same check in a loop or twice in a cell: once
+            unique.setdefault((entry.key, entry.cell_id), entry)
+        entries += sorted(unique.values(), key=lambda e: e.key.lower())
+    return entries
+
+
+def _spans(runs: list[str]) -> str:
+    """``["2.8 py3.11", "2.9 py3.11", "2.15 py3.12"]`` -> ``2.8-2.9 (py3.11); 2.15 (py3.12)``."""
+    by_python: dict[str, list[str]] = {}
+    for run in runs:
+        torch, python = run.split(" ")
+        by_python.setdefault(python, []).append(torch)
+    parts = []
+    for python, minors in by_python.items():
+        ordered = sorted(set(minors), key=version_key)
+        groups: list[list[str]] = []
+        for m in ordered:
+            if groups and int(m.split(".")[1]) == int(groups[-1][-1].split(".")[1]) + 1:
+                groups[-1].append(m)
+            else:
+                groups.append([m])
+        text = ", ".join(g[0] if len(g) == 1 else f"{g[0]}\u2013{g[-1]}" for g in groups)
+        parts.append(f"{text} ({python})")
+    return "; ".join(parts)
+
+
+def span_text(runs: list[str]) -> str:
+    """The runs as torch release spans per Python, or ``no run yet``."""
+    return f"torch {_spans(runs)}" if runs else "no run yet"
+
+
+def release_text(entry: ErrorEntry) -> str:
+    """How the releases of the version matrix printed the error, in one line."""
+    if not entry.releases:
+        return "Not yet caught by the version matrix."
+    if len(entry.releases) == 1:
+        (runs,) = entry.releases.values()
+        return f"The same message on {span_text(runs)}."
+    return " ".join(f"On {span_text(runs)}: {m}." for m, runs in entry.releases.items())
+
+
+def errors_text(entries: list[ErrorEntry]) -> str:
+    """The Errors page as text (what the golden test compares)."""
+    out: list[str] = []
+    chapter = None
+    for entry in entries:
+        if entry.chapter != chapter:
+            chapter = entry.chapter
+            out.append(f"## {chapter}")
+        out.append(f"- {entry.key}  [{entry.docname}#claim-{entry.cell_id}]")
+        if entry.cause:
+            out.append(f"  Cause: {entry.cause}")
+        if entry.fix:
+            out.append(f"  Fix: {entry.fix}")
+        out.append(f"  {release_text(entry)}")
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------- what changed
+
+
+@dataclass
+class Change:
+    """A claim cell's ``if`` on the torch version, and the releases that took each side."""
+
+    chapter: str
+    docname: str
+    cell_id: str
+    claim: str
+    """The cell's first claim."""
+    test: str
+    """The condition, as written (``torch.__version__ >= "2.13"``)."""
+    then_runs: list[str] = field(default_factory=list)
+    else_runs: list[str] = field(default_factory=list)
+
+    @property
+    def changed_in(self) -> str:
+        """The first minor release (any Python) after a release that took the other
+        side, where the sides split the releases in two at consecutive minor releases
+        that both ran; else ``""``."""
+        sides: dict[str, set[str]] = {}
+        for side, runs in (("then", self.then_runs), ("else", self.else_runs)):
+            for run in runs:
+                sides.setdefault(run.split(" ")[0], set()).add(side)
+        ordered = sorted(sides, key=version_key)
+        if any(len(s) > 1 for s in sides.values()) or not ordered:
+            return ""
+        switches = [(a, b) for a, b in itertools.pairwise(ordered) if sides[a] != sides[b]]
+        if len(switches) != 1:
+            return ""
+        before, after = switches[0]  # exact only where the two minor releases both ran
+        consecutive = int(after.split(".")[1]) == int(before.split(".")[1]) + 1
+        return after if consecutive else ""
+
+
+def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> list[Change]:
+    """Every version branch of the book's claim cells, with the runs that took each side
+    (only runs of the cell as it reads now), newest change first; branches that split the
+    releases otherwise (one release alone, say) come last."""
+    from memobook.claims import cell_claims, version_branches
+
+    base = memobook.ROOT if root is None else root
+    record = MatrixRecord() if matrix is None else matrix
+    found: list[Change] = []
+    for chapter in memobook.chapters(base):
+        for cell in memobook.code_cells(chapter.load()):
+            source = memobook.source(cell)
+            claims = cell_claims(source)
+            branches = version_branches(source)
+            if not claims or not branches:
+                continue
+            cell_id = str(cell.get("id", ""))
+            digest = source_digest(source)
+            for index, branch in enumerate(branches):
+                change = Change(
+                    chapter.name, chapter.docname, cell_id, claims[0], f"if {branch.test}"
+                )
+                for run in record.sorted_runs():
+                    outcome = run.claims.get(chapter.name, {}).get(cell_id)
+                    if outcome is None or outcome.source != digest:
+                        continue
+                    if index < len(outcome.branches):
+                        side = outcome.branches[index]
+                        runs = change.then_runs if side == "then" else change.else_runs
+                        runs.append(_run_name(run.torch, run.python))
+                found.append(change)
+    return sorted(
+        found,
+        key=lambda c: (c.changed_in == "", [-n for n in version_key(c.changed_in or "0")]),
+    )
+
+
+def changes_text(found: list[Change]) -> str:
+    """The What changed page as text (what the golden test compares)."""
+    out: list[str] = []
+    heading = None
+    for change in found:
+        title = f"torch {change.changed_in}" if change.changed_in else "other splits"
+        if title != heading:
+            heading = title
+            out.append(f"## {title}")
+        out.append(f"- {change.claim}  [{change.docname}#claim-{change.cell_id}]")
+        out.append(f"  {change.test}: {span_text(change.then_runs)}")
+        out.append(f"  otherwise: {span_text(change.else_runs)}")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:  # pragma: no cover - a look at the pages' content in a terminal
+    matrix = MatrixRecord.read()
+    found = errors(matrix=matrix)
+    print(errors_text(found))
+    print(f"{len(found)} checks, {len({e.key for e in found})} distinct errors\n")
+    print(changes_text(changes(matrix=matrix)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""The Errors and What changed generators (memobook.errors), compared with tests/golden/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from memobook.errors import changes, changes_text, errors, errors_text
+from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome, source_digest
+from tests.conftest import UPDATE_GOLDEN, golden_rewritten
+
+GOLDEN = Path(__file__).parent / "golden"
+
+RAISING = """\
+# Claim: adding tensors on two devices is refused.
+# Cause: the operands live on different devices.
+# Fix: move one first,
+#   `x.to(y.device)`.
+with raises(RuntimeError, match="same device"):
+    add_across_devices()
+with raises((KeyError, IndexError), match="out of range"):
+    look_up()
+with raises(refusal, match="unknown type"):  # a type held in a variable: left out
+    other()
+"""
+BRANCHING = """\
+# Claim: the default changed in 2.13.
+if torch.__version__ >= "2.13":
+    assert new_default()
+else:
+    assert old_default()
+"""
+ONE_RELEASE = """\
+# Claim: 2.10.0 alone accepts it.
+if "2.10" <= torch.__version__ < "2.11":
+    assert accepted()
+else:
+    assert refused()
+"""
+
+
+def _book(root: Path) -> Path:
+    (root / "book").mkdir(parents=True)
+    (root / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nparts:\n  - caption: Part\n    chapters:\n"
+        "      - file: book/topic\n"
+    )
+    nb = nbformat.v4.new_notebook()
+    raising = nbformat.v4.new_code_cell(RAISING, id="raising")
+    raising.outputs = [
+        nbformat.v4.new_output(
+            "stream", text="RuntimeError: Expected all tensors to be on the same device\n"
+        )
+    ]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# A topic"),
+        raising,
+        nbformat.v4.new_code_cell(BRANCHING, id="branching"),
+        nbformat.v4.new_code_cell(ONE_RELEASE, id="onerelease"),
+    ]
+    (root / "book" / "topic.ipynb").write_text(nbformat.writes(nb))
+    return root
+
+
+def _run(torch: str, python: str, then: bool, raised: dict[str, list[list[str]]]) -> MatrixRun:
+    side = "then" if then else "else"
+    only_210 = "then" if torch.startswith("2.10.") else "else"
+    claims = {
+        "topic": {
+            "branching": ClaimOutcome("passed", source_digest(BRANCHING), (side,)),
+            "onerelease": ClaimOutcome("passed", source_digest(ONE_RELEASE), (only_210,)),
+        }
+    }
+    return MatrixRun(torch, "0", "d", python, Outcome(1, 0, 0), {}, claims, raised)
+
+
+def _matrix() -> MatrixRecord:
+    old = {"same device": [["RuntimeError", "Expected all tensors on one device"]]}
+    new = {
+        "same device": [["RuntimeError", "Expected all tensors to be on the same device"]],
+        "out of range": [["IndexError", "index 5 is out of range"]],
+    }
+    runs = [
+        _run("2.12.1", "3.11.7", False, old),
+        _run("2.10.0", "3.11.7", False, old),
+        _run("2.13.0", "3.11.7", True, new),
+        _run("2.15.0", "3.11.7", True, new),
+        _run("2.15.0", "3.12.1", True, new),
+    ]
+    record = MatrixRecord()
+    for run in runs:
+        record = record.with_run(run)
+    return record
+
+
+@pytest.mark.parametrize("page", ["errors", "changes"])
+def test_the_generated_page_matches_its_golden_file(
+    page: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    root = _book(tmp_path)
+    text = (
+        errors_text(errors(root, _matrix()))
+        if page == "errors"
+        else changes_text(changes(root, _matrix()))
+    )
+    path = GOLDEN / f"{page}-page.txt"
+    if request.config.getoption(UPDATE_GOLDEN):
+        path.write_text(text)
+        golden_rewritten(request.config).append(str(path.relative_to(GOLDEN.parent.parent)))
+    assert text == path.read_text()
+
+
+def test_an_entry_names_its_types_cause_fix_and_messages(tmp_path: Path) -> None:
+    found = errors(_book(tmp_path), _matrix())
+    assert [e.types for e in found] == [("KeyError", "IndexError"), ("RuntimeError",)]
+    index, device = found  # sorted by message
+    assert device.message == "RuntimeError: Expected all tensors to be on the same device"
+    assert device.cause == "the operands live on different devices."
+    assert device.fix == "move one first, `x.to(y.device)`."
+    assert list(device.releases.values()) == [
+        ["2.10 py3.11", "2.12 py3.11"],
+        ["2.13 py3.11", "2.15 py3.11", "2.15 py3.12"],
+    ]
+    assert index.message == ""  # not shown by the stored output: named by its pattern
+    assert index.key == "IndexError/KeyError: /out of range/"
+
+
+def test_a_change_is_dated_by_the_first_release_on_its_new_side(tmp_path: Path) -> None:
+    found = changes(_book(tmp_path), _matrix())
+    assert [c.changed_in for c in found] == ["2.13", ""]  # 2.10 alone splits nothing in two
+
+
+def test_the_books_own_pages_have_entries() -> None:
+    found = errors()
+    assert len({e.key for e in found}) >= 60
+    messages = " ".join(e.key for e in found)
+    for words in ("view size is not compatible", "Can't call numpy() on Tensor that requires grad"):
+        assert words in messages
+    assert changes(), "the book has version-conditional claims"
+    json.dumps([e.key for e in found])  # plain text throughout
