@@ -55,6 +55,10 @@ def test_match_must_be_a_string() -> None:
         pass
 
 
+def _fail_with_two_lines() -> None:
+    raise ValueError("bad value\nsecond line")
+
+
 def test_raises_notes_each_caught_error_where_memo_raised_names_a_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -65,13 +69,17 @@ def test_raises_notes_each_caught_error_where_memo_raised_names_a_folder(
     with raises(ZeroDivisionError, match="by zero", show=False):
         1 / 0  # noqa: B018
     with raises((KeyError, ValueError), match="bad", show=False):
-        raise ValueError("bad value\nsecond line")
+        _fail_with_two_lines()
     (path,) = tmp_path.iterdir()
     assert path.name == f"raised-{os.getpid()}.jsonl"
     notes = [json.loads(line) for line in path.read_text().splitlines()]
     assert notes == [
         {"type": "ZeroDivisionError", "match": "by zero", "message": "division by zero"},
-        {"type": "ValueError", "match": "bad", "message": "bad value"},
+        {
+            "type": "ValueError",
+            "match": "bad",
+            "message": "bad value",
+        },
     ]
 
 
