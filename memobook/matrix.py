@@ -43,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -318,6 +319,7 @@ def claim_outcomes(
 def check(release: Release, python_version: str = DEFAULT_PYTHON) -> MatrixRun:
     """Build the environment of ``release`` on ``python_version`` and run the unit tests
     and lax nbval there."""
+    start = time.perf_counter()
     python = build(release, python_version)
     install_package(python)
     torch, vision, py = _versions(python)
@@ -348,7 +350,8 @@ def check(release: Release, python_version: str = DEFAULT_PYTHON) -> MatrixRun:
             chapters[name] = _outcome({k: v for k, v in lax.items() if k.startswith(prefix)})
             claims[name] = claim_outcomes(outside / path, path, lax, torch)
         errors = gather_raised(raised)
-    return MatrixRun(torch, vision, now(), py, _outcome(unit), chapters, claims, errors)
+    seconds = round(time.perf_counter() - start, 1)
+    return MatrixRun(torch, vision, now(), py, _outcome(unit), chapters, claims, seconds, errors)
 
 
 def jobs(

@@ -242,6 +242,9 @@ class MatrixRun:
     """Lax nbval outcome by chapter topic (``views``)."""
     claims: dict[str, dict[str, ClaimOutcome]] = field(default_factory=dict)
     """By chapter topic, then claim cell id: each claim cell's outcome in this run."""
+    seconds: float = 0.0
+    """How long the run took here (building its environment, the unit tests, the
+    chapters); 0 in runs recorded before it was kept."""
     raised: dict[str, list[list[str]]] = field(default_factory=dict)
     """By the ``match`` of a ``raises`` check: the errors it caught in this run, each
     ``[type, first line of the message]``, sorted (see :func:`pytorch_memo.checks.raises`)."""
@@ -279,6 +282,9 @@ class MatrixRun:
                 }
                 for chapter, cells in claims.items()
             },
+            seconds=float(_field(data, "seconds", (int, float), where))
+            if "seconds" in data
+            else 0.0,
             raised=_raised(data.get("raised", {}), where),
         )
 

@@ -164,6 +164,7 @@ class MatrixDirective(SphinxDirective):
                 "ran",
                 *(
                     f"{run.executed}, torchvision {run.torchvision}, Python {run.python}"
+                    + (f", {run.seconds / 60:.1f} min" if run.seconds else "")
                     for run in runs
                 ),
             ]

@@ -74,7 +74,7 @@ def _run(torch: str, python: str, then: bool, raised: dict[str, list[list[str]]]
             "onerelease": ClaimOutcome("passed", source_digest(ONE_RELEASE), (only_210,)),
         }
     }
-    return MatrixRun(torch, "0", "d", python, Outcome(1, 0, 0), {}, claims, raised)
+    return MatrixRun(torch, "0", "d", python, Outcome(1, 0, 0), {}, claims, raised=raised)
 
 
 def _matrix() -> MatrixRecord:

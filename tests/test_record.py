@@ -123,10 +123,13 @@ def test_the_errors_a_run_caught_round_trip_and_are_gathered(tmp_path: Path) -> 
         "bad": [["TypeError", "bad type"], ["ValueError", "bad value"]],
         "k": [["KeyError", "'k'"]],
     }
-    run = MatrixRun("2.15.0", "0.30.0", "d", "3.11.7", Outcome(1, 0, 0), raised=raised)
+    run = MatrixRun(
+        "2.15.0", "0.30.0", "d", "3.11.7", Outcome(1, 0, 0), seconds=512.5, raised=raised
+    )
     path = tmp_path / "matrix.json"
     MatrixRecord().with_run(run).write(path)
     assert MatrixRecord.read(path).runs[run.key].raised == raised
+    assert MatrixRecord.read(path).runs[run.key].seconds == 512.5
 
 
 def test_a_damaged_raised_mapping_is_named(tmp_path: Path) -> None:
