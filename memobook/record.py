@@ -212,11 +212,36 @@ class ClaimOutcome:
 OUTCOMES = ("passed", "failed", "skipped", "error")
 
 
+def code_of(source: str) -> str:
+    """``source`` without its comments, trailing spaces and blank lines: what runs.
+
+    Comments (the claims, a check's cause and fix) do not change what a cell's checks
+    do, so rewording them keeps the cell's matrix results; any change to the code drops
+    them. Source that does not tokenize is kept whole.
+    """
+    import io
+    import tokenize
+
+    lines = source.splitlines()
+    try:
+        comments = [
+            token.start
+            for token in tokenize.generate_tokens(io.StringIO(source).readline)
+            if token.type == tokenize.COMMENT
+        ]
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    for row, column in comments:
+        lines[row - 1] = lines[row - 1][:column]
+    return "\n".join(line.rstrip() for line in lines if line.strip())
+
+
 def source_digest(source: str) -> str:
-    """A short digest of a cell's source, to tell whether a recorded outcome is its own."""
+    """A short digest of a cell's code (:func:`code_of`), to tell whether a recorded
+    outcome is its own: one recorded before the code last changed is not."""
     import hashlib
 
-    return hashlib.sha256(source.encode()).hexdigest()[:12]
+    return hashlib.sha256(code_of(source).encode()).hexdigest()[:12]
 
 
 def minor(version: str) -> str:

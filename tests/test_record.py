@@ -138,3 +138,14 @@ def test_a_damaged_raised_mapping_is_named(tmp_path: Path) -> None:
     data["raised"] = {"bad": [["ValueError"]]}
     with pytest.raises(RecordError, match="raised must map each match"):
         MatrixRun.from_json(data, "run")
+
+
+def test_a_cells_digest_is_of_its_code_so_reworded_comments_keep_its_results() -> None:
+    from memobook.record import code_of, source_digest
+
+    cell = '# Claim: one.\nx = 1  # why\n\nassert x == 1\ns = "# kept"\n'
+    assert code_of(cell) == 'x = 1\nassert x == 1\ns = "# kept"'
+    reworded = cell.replace("# Claim: one.", "# Claim: one, said better.\n# Cause: none.")
+    assert source_digest(reworded) == source_digest(cell)
+    assert source_digest(cell.replace("x = 1", "x = 2")) != source_digest(cell)
+    assert code_of("x = (\n") == "x = (\n"  # not Python: kept whole
