@@ -27,6 +27,7 @@ directives (:mod:`memobook.site`) render the same data as pages.
 from __future__ import annotations
 
 import ast
+import builtins
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -128,16 +129,42 @@ def _printed_lines(cell: dict[str, object]) -> list[str]:
     return lines
 
 
-def _stored_message(lines: list[str], names: set[str], pattern: str) -> str:
+def _is_a(printed: str, names: set[str]) -> bool:
+    """Whether an exception printed as ``printed`` is one of ``names`` or, for Python's
+    own exceptions, a subclass of one (``NotImplementedError`` is a ``RuntimeError``)."""
+    if printed in names:
+        return True
+    kind = getattr(builtins, printed, None)
+    bases = [getattr(builtins, n, None) for n in names]
+    return isinstance(kind, type) and any(
+        isinstance(b, type) and issubclass(kind, b) for b in bases
+    )
+
+
+def _stored_messages(lines: list[str], names: set[str], pattern: str) -> list[str]:
+    """Every distinct printed ``Type: first line`` the check's types and pattern match
+    (a check in a loop prints one per case), in order."""
+    found: list[str] = []
     for line in lines:
-        found = _FIRST_LINE.match(line)
-        if found and found.group(1) in names:
-            try:
-                if re.search(pattern, found.group(2)):
-                    return line
-            except re.error:
-                return ""
-    return ""
+        parts = _FIRST_LINE.match(line)
+        if not parts or not _is_a(parts.group(1), names) or line in found:
+            continue
+        try:
+            if re.search(pattern, parts.group(2)):
+                found.append(line)
+        except re.error:
+            return []
+    return found
+
+
+def _same_error(one: str, other: str) -> bool:
+    """Whether two printed messages are one error in two wordings: the same text with
+    its numbers and quoted names taken out (a check in a loop prints several errors)."""
+
+    def shape(text: str) -> str:
+        return re.sub(r"\d+|'[^']*'|\"[^\"]*\"", "#", text)
+
+    return shape(one) == shape(other)
 
 
 def _run_name(torch: str, python: str) -> str:
@@ -164,25 +191,29 @@ def errors(root: Path | None = None, matrix: MatrixRecord | None = None) -> list
                 if not any(t.rsplit(".", 1)[-1][:1].isupper() for t in types):
                     continue  # a type held in a variable (`raises(refusal, ...)`): unknown
                 notes = _comment_block(lines, line)
-                entry = ErrorEntry(
-                    chapter.name,
-                    chapter.docname,
-                    str(cell.get("id", "")),
-                    types,
-                    pattern,
-                    "",
-                    notes.get("cause", ""),
-                    notes.get("fix", ""),
-                )
-                entry.message = _stored_message(printed, entry.names, pattern)
-                for run in record.sorted_runs():
-                    for kind, text in run.raised.get(pattern, []):
-                        if kind in entry.names:
+                names = {t.rsplit(".", 1)[-1] for t in types}
+                messages = _stored_messages(printed, names, pattern) or [""]
+                for message in messages:
+                    entry = ErrorEntry(
+                        chapter.name,
+                        chapter.docname,
+                        str(cell.get("id", "")),
+                        types,
+                        pattern,
+                        message,
+                        notes.get("cause", ""),
+                        notes.get("fix", ""),
+                    )
+                    for run in record.sorted_runs():
+                        for kind, text in run.raised.get(pattern, []):
                             seen = f"{kind}: {text}"
-                            entry.releases.setdefault(seen, []).append(
-                                _run_name(run.torch, run.python)
-                            )
-                found.append(entry)
+                            if _is_a(kind, names) and (
+                                len(messages) == 1 or _same_error(seen, message)
+                            ):
+                                entry.releases.setdefault(seen, []).append(
+                                    _run_name(run.torch, run.python)
+                                )
+                    found.append(entry)
         unique: dict[tuple[str, str], ErrorEntry] = {}
         for entry in found:  # the same check in a loop or twice in a cell: once
             unique.setdefault((entry.key, entry.cell_id), entry)

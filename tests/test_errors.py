@@ -141,3 +141,18 @@ def test_the_books_own_pages_have_entries() -> None:
         assert words in messages
     assert changes(), "the book has version-conditional claims"
     json.dumps([e.key for e in found])  # plain text throughout
+
+
+def test_a_check_in_a_loop_gives_one_entry_per_error_it_printed() -> None:
+    from memobook.errors import _is_a, _stored_messages
+
+    printed = [
+        "RuntimeError: max(): Expected reduction dim to be specified",
+        "RuntimeError: min(): Expected reduction dim to be specified",
+        "RuntimeError: max(): Expected reduction dim to be specified",  # again: once
+        "ValueError: Expected reduction dim to be specified",  # another type: not it
+    ]
+    assert _stored_messages(printed, {"RuntimeError"}, "Expected reduction dim") == printed[:2]
+    assert _is_a("NotImplementedError", {"RuntimeError"})  # a subclass, as `raises` allows
+    assert not _is_a("ValueError", {"RuntimeError"})
+    assert not _is_a("BroadcastError", {"RuntimeError"})  # not Python's own: by name only
