@@ -14,12 +14,13 @@ that fails does not stop its chapter, so one run names every failure.
 ``_build/gpu/summary.json`` says what ran (torch, device, Python, date) and, per chapter,
 its ``gpu`` cells and the cells that failed.
 
-Then, for each chapter all of whose cells passed, the chapter in ``book/`` gets
-the outputs of its ``gpu`` cells from that run and a :class:`~memobook.record.GpuRun` in
-its run record, which the site shows beside each ``gpu`` cell ("the output below comes
-from its last GPU run") and on the status and memo pages. A ``gpu`` cell whose source
-changed since the run is not given the old output, and the chapter's GPU run is not
-recorded (run it again). A chapter with a failing cell keeps its previous record.
+Then, for each chapter all of whose cells passed, each of its ``gpu`` cells in ``book/``
+whose code is the code that ran gets the output from that run and a mark of the run in
+its metadata, which the site shows beside the cell ("the output below comes from its GPU
+run") and the memo beside its claims; the chapter's run record gets a
+:class:`~memobook.record.GpuRun`, shown on the status page. A ``gpu`` cell added, or
+whose code changed, since the run keeps what it had and is named (run it again). A
+chapter with a failing cell keeps its previous record.
 ``--merge DIR`` does this step alone, with the results copied back from a GPU machine.
 The exit status is 1 when any cell failed or any chapter could not be stored.
 """
@@ -38,7 +39,15 @@ from pathlib import Path
 from typing import Any
 
 import memobook
-from memobook.record import GpuRun, RunRecord, now, read_record, write_record
+from memobook.record import (
+    GPU_MARK,
+    GpuRun,
+    RunRecord,
+    now,
+    read_record,
+    source_digest,
+    write_record,
+)
 
 OUT = memobook.ROOT / "_build" / "gpu"
 SUMMARY = "summary.json"
@@ -102,11 +111,18 @@ def run_one(source: Path, copy: Path, *, timeout: int) -> ChapterRun:
 def merge(results: Path, *, book: Path = memobook.ROOT) -> list[str]:
     """Store the ``gpu`` outputs and GPU runs of ``results`` (a run's folder) in ``book``.
 
-    Returns the problems: chapters not stored, and why.
+    For each chapter all of whose cells passed: each ``gpu`` cell whose code is the code
+    that ran (comments aside, :func:`~memobook.record.source_digest`) gets its output from
+    the run and a mark of the run in its metadata (:data:`~memobook.record.GPU_MARK`),
+    which the site shows beside it; the chapter's run record gets the run. A ``gpu`` cell
+    added or whose code changed since keeps what it had, and is named.
+
+    Returns the problems: chapters or cells not stored, and why.
     """
     from pytorch_memo._files import write_text
 
     summary = json.loads((results / SUMMARY).read_text(encoding="utf-8"))
+    mark = {k: summary[k] for k in ("executed", "torch", "device")}
     problems = []
     for name, data in sorted(summary["chapters"].items()):
         chapter = ChapterRun(**data)
@@ -117,30 +133,31 @@ def merge(results: Path, *, book: Path = memobook.ROOT) -> list[str]:
             continue
         ran = json.loads((results / Path(name).name).read_text(encoding="utf-8"))
         nb = json.loads(target.read_text(encoding="utf-8"))
-        ran_cells = {str(c.get("id")): c for c in ran["cells"]}
-        changed = []
-        for cell in nb["cells"]:
-            if str(cell.get("id")) not in chapter.gpu_cells:
-                continue
-            new = ran_cells[str(cell["id"])]
-            if new["source"] != cell["source"]:
-                changed.append(str(cell["id"]))
-                continue
-            cell["outputs"] = new["outputs"]
-            cell["execution_count"] = None  # not part of the CPU run's numbering
-        differ = set(changed) | (set(chapter.gpu_cells) ^ set(gpu_cell_ids(nb)))
-        if differ:
-            what = ", ".join(sorted(differ))
-            problems.append(f"{name}: gpu cells changed, added or gone since the run: {what}")
-            continue
         old = read_record(nb, where=str(target))
         if old is None:
             problems.append(f"{name}: no run record: execute it first (nox -s execute)")
             continue
-        run = GpuRun(summary["executed"], summary["torch"], summary["device"],
-                     len(chapter.gpu_cells))  # fmt: skip
-        write_record(nb, RunRecord(**{**asdict(old), "gpu_run": run}))
-        write_text(target, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+        ran_cells = {str(c.get("id")): c for c in ran["cells"]}
+        stored, left = 0, []
+        for cell in nb["cells"]:
+            cell_id = str(cell.get("id"))
+            if cell_id not in gpu_cell_ids(nb):
+                continue
+            new = ran_cells.get(cell_id)
+            code = source_digest(memobook.source(cell))
+            if new is None or source_digest(memobook.source(new)) != code:
+                left.append(cell_id)
+                continue
+            cell["outputs"] = new["outputs"]
+            cell["execution_count"] = None  # not part of the CPU run's numbering
+            cell.setdefault("metadata", {})[GPU_MARK] = {**mark, "code": code}
+            stored += 1
+        if left:
+            problems.append(f"{name}: gpu cells not in the run or changed since: {', '.join(left)}")
+        if stored:
+            run = GpuRun(mark["executed"], mark["torch"], mark["device"], stored)
+            write_record(nb, RunRecord(**{**asdict(old), "gpu_run": run}))
+            write_text(target, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return problems
 
 

@@ -212,6 +212,24 @@ class ClaimOutcome:
 OUTCOMES = ("passed", "failed", "skipped", "error")
 
 
+GPU_MARK = "pytorch_memo_gpu"
+"""The key, in a ``gpu`` cell's metadata, of the GPU run its stored output comes from."""
+
+
+def gpu_mark(cell: Mapping[str, Any]) -> GpuRun | None:
+    """The GPU run whose output ``cell`` stores, when the cell's code is still the code
+    that ran (:func:`source_digest`); None for a cell never run on a GPU, or edited since."""
+    metadata = cell.get("metadata", {})
+    mark = metadata.get(GPU_MARK) if isinstance(metadata, Mapping) else None
+    if not isinstance(mark, Mapping):
+        return None
+    source = cell.get("source", "")
+    text = "".join(source) if isinstance(source, list) else str(source)
+    if mark.get("code") != source_digest(text):
+        return None
+    return GpuRun(str(mark.get("executed")), str(mark.get("torch")), str(mark.get("device")))
+
+
 def code_of(source: str) -> str:
     """``source`` without its comments, trailing spaces and blank lines: what runs.
 

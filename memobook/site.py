@@ -30,9 +30,11 @@ import memobook
 from memobook.claims import anchor, cell_claims, chapter_claims
 from memobook.record import (
     MATRIX,
+    GpuRun,
     MatrixRecord,
     Outcome,
     RunRecord,
+    gpu_mark,
     minor,
     read_record,
     source_digest,
@@ -329,10 +331,9 @@ def _verified(record: RunRecord | None, matrix: MatrixRecord, chapter: str) -> s
     return text + "."
 
 
-def _gpu_note(record: RunRecord | None) -> str:
-    if record is None or record.gpu_run is None:
-        return "GPU claim: not yet run on a GPU"
-    run = record.gpu_run
+def _gpu_note(run: GpuRun | None) -> str:
+    if run is None:
+        return "GPU claim: not yet run on a GPU as it reads now"
     return f"GPU claim: checked with torch {run.torch} on {run.device} ({run.executed})"
 
 
@@ -370,7 +371,8 @@ class ClaimsDirective(SphinxDirective):
                 releases = claim_releases(matrix, chapter.name, claim.cell_id, digest)
                 paragraph += nodes.inline(text=f" ({releases})", classes=["memo-releases"])
                 if claim.gpu:
-                    paragraph += nodes.inline(text=f" ({_gpu_note(record)})", classes=["memo-gpu"])
+                    mark = gpu_mark(nb["cells"][claim.cell])
+                    paragraph += nodes.inline(text=f" ({_gpu_note(mark)})", classes=["memo-gpu"])
                 item = nodes.list_item()
                 item += paragraph
                 items += item
@@ -479,14 +481,13 @@ class ChangesDirective(SphinxDirective):
         return out
 
 
-def _gpu_text(record: RunRecord | None) -> str:
+def _gpu_text(run: GpuRun | None) -> str:
     text = "GPU cell: it runs only where CUDA is available; on a CPU it prints why it skips."
-    run = None if record is None else record.gpu_run
     if run is None:
-        return text + " It has not run on a GPU yet, so no GPU output is stored."
+        return text + " It has not run on a GPU as it reads now, so no GPU output is shown."
     return (
         text
-        + f" The output below comes from its last GPU run: {run.device}, torch {run.torch}, {run.executed}."
+        + f" The output below comes from its GPU run: {run.device}, torch {run.torch}, {run.executed}."
     )
 
 
@@ -497,7 +498,6 @@ def _mark_cells(app: Sphinx, doctree: nodes.document) -> None:
         return
     nb = memobook.load(notebook)
     cells = nb["cells"]
-    record = read_record(nb, where=str(notebook))
     for container in list(doctree.findall(nodes.container)):
         if container.get("nb_element") != "cell_code":
             continue
@@ -506,8 +506,15 @@ def _mark_cells(app: Sphinx, doctree: nodes.document) -> None:
             container["ids"].append(anchor(str(cell.get("id", ""))))
             container["classes"].append("memo-claim")
         if memobook.GPU_TAG in memobook.tags(cell):
+            mark = gpu_mark(cell)
+            if mark is None:  # an output from before an edit, or from a CPU: not shown
+                for child in list(container.children):
+                    if isinstance(child, nodes.Element) and child.get("nb_element") == (
+                        "cell_code_output"
+                    ):
+                        container.remove(child)
             note = nodes.container(classes=["memo-gpu-note"])
-            note += nodes.paragraph(text=_gpu_text(record))
+            note += nodes.paragraph(text=_gpu_text(mark))
             container.parent.insert(container.parent.index(container), note)
 
 

@@ -15,7 +15,7 @@ import torch
 import memobook
 from memobook.execute import run_cells
 from memobook.gpu import SUMMARY, ChapterRun, merge, run_one
-from memobook.record import GpuRun, RunRecord, read_record, write_record
+from memobook.record import GpuRun, RunRecord, gpu_mark, read_record, write_record
 
 RECORD = RunRecord("2026-01-01 00:00 UTC", 1.5, "2.15.0", "cpu", gpu_cells=1)
 SUMMARY_DATA = {
@@ -65,11 +65,24 @@ def test_a_passed_chapter_gets_its_gpu_outputs_and_run_and_keeps_the_rest(tmp_pa
     cpu, gpu = nb["cells"]
     assert memobook.source({"source": cpu["outputs"][0]["text"]}) == "from the CPU run\n"  # kept
     assert gpu["outputs"][0]["text"] == "gpu ran\n"
+    run = GpuRun("2026-11-26 02:15 UTC", "2.11.0+cu130", "NVIDIA H200")
+    assert gpu_mark(gpu) == run  # the site shows where the output comes from
+    assert gpu_mark(cpu) is None
     record = read_record(nb)
     assert record is not None
-    assert record.gpu_run == GpuRun("2026-11-26 02:15 UTC", "2.11.0+cu130", "NVIDIA H200", 1)
+    assert record.gpu_run == GpuRun(run.executed, run.torch, run.device, 1)
     assert record.executed == RECORD.executed  # the CPU run's record is kept
     assert sorted(p.name for p in target.parent.iterdir()) == ["ch.ipynb"]  # no temp files
+
+
+def test_a_reworded_comment_keeps_the_mark_and_a_code_change_drops_it(tmp_path: Path) -> None:
+    book = tmp_path / "root"
+    target = _chapter(book / "book" / "ch.ipynb")
+    merge(_results(tmp_path / "run", book), book=book)
+    nb = json.loads(target.read_text())
+    gpu = nb["cells"][1]
+    assert gpu_mark({**gpu, "source": "# Cause: reworded.\n" + GPU_SOURCE}) is not None
+    assert gpu_mark({**gpu, "source": GPU_SOURCE + "\nprint(1)"}) is None
 
 
 def test_a_chapter_with_any_failing_cell_is_not_stored(tmp_path: Path) -> None:
@@ -82,17 +95,28 @@ def test_a_chapter_with_any_failing_cell_is_not_stored(tmp_path: Path) -> None:
     assert target.read_bytes() == before
 
 
-def test_a_gpu_cell_edited_since_the_run_is_not_given_the_old_output(tmp_path: Path) -> None:
+def test_a_gpu_cell_whose_code_changed_since_the_run_keeps_what_it_had(tmp_path: Path) -> None:
     book = tmp_path / "root"
     target = _chapter(book / "book" / "ch.ipynb")
     results = _results(tmp_path / "run", book)
     nb = json.loads(target.read_text())
-    nb["cells"][1]["source"] = GPU_SOURCE + "  # edited"
+    nb["cells"][1]["source"] = GPU_SOURCE + "\nprint('edited')"
     target.write_text(json.dumps(nb))
     before = target.read_bytes()
     problems = merge(results, book=book)
-    assert problems == ["book/ch.ipynb: gpu cells changed, added or gone since the run: gpu"]
-    assert target.read_bytes() == before
+    assert problems == ["book/ch.ipynb: gpu cells not in the run or changed since: gpu"]
+    assert target.read_bytes() == before  # nothing stored: the chapter's only gpu cell
+
+
+def test_only_a_comment_changed_since_the_run_still_stores(tmp_path: Path) -> None:
+    book = tmp_path / "root"
+    target = _chapter(book / "book" / "ch.ipynb")
+    results = _results(tmp_path / "run", book)
+    nb = json.loads(target.read_text())
+    nb["cells"][1]["source"] = "# Cause: a comment added after the run.\n" + GPU_SOURCE
+    target.write_text(json.dumps(nb))
+    assert merge(results, book=book) == []
+    assert gpu_mark(json.loads(target.read_text())["cells"][1]) is not None
 
 
 def test_a_chapter_never_executed_is_named(tmp_path: Path) -> None:
