@@ -12,7 +12,7 @@ from memobook.errors import changes, changes_text, errors, errors_text
 from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome, source_digest
 from tests.conftest import UPDATE_GOLDEN, golden_rewritten
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parent / "golden" / "pages"
 
 RAISING = """\
 # Claim: adding tensors on two devices is refused.
@@ -106,10 +106,10 @@ def test_the_generated_page_matches_its_golden_file(
         if page == "errors"
         else changes_text(changes(root, _matrix()))
     )
-    path = GOLDEN / f"{page}-page.txt"
+    path = GOLDEN / f"{page}.txt"
     if request.config.getoption(UPDATE_GOLDEN):
         path.write_text(text)
-        golden_rewritten(request.config).append(str(path.relative_to(GOLDEN.parent.parent)))
+        golden_rewritten(request.config).append(str(path.relative_to(GOLDEN.parents[2])))
     assert text == path.read_text()
 
 
