@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -167,6 +168,19 @@ def _same_error(one: str, other: str) -> bool:
     return shape(one) == shape(other)
 
 
+def _wordings(seen: list[str], message: str) -> list[str]:
+    """Which of the messages a run caught for a check's pattern are this entry's error:
+    those worded as ``message`` but for numbers and quoted names; where none is (the
+    wording changed), the one closest to it. Other checks with the same pattern, and the
+    other cases of a check in a loop, caught the rest."""
+    if not message:
+        return seen
+    same = [text for text in seen if _same_error(text, message)]
+    if same or not seen:
+        return same
+    return [max(seen, key=lambda text: difflib.SequenceMatcher(None, text, message).ratio())]
+
+
 def _run_name(torch: str, python: str) -> str:
     return f"{minor(torch)} py{minor(python)}"
 
@@ -205,14 +219,15 @@ def errors(root: Path | None = None, matrix: MatrixRecord | None = None) -> list
                         notes.get("fix", ""),
                     )
                     for run in record.sorted_runs():
-                        for kind, text in run.raised.get(pattern, []):
-                            seen = f"{kind}: {text}"
-                            if _is_a(kind, names) and (
-                                len(messages) == 1 or _same_error(seen, message)
-                            ):
-                                entry.releases.setdefault(seen, []).append(
-                                    _run_name(run.torch, run.python)
-                                )
+                        seen = [
+                            f"{kind}: {text}"
+                            for kind, text in run.raised.get(pattern, [])
+                            if _is_a(kind, names)
+                        ]
+                        for text in _wordings(seen, message):
+                            entry.releases.setdefault(text, []).append(
+                                _run_name(run.torch, run.python)
+                            )
                     found.append(entry)
         unique: dict[tuple[str, str], ErrorEntry] = {}
         for entry in found:  # the same check in a loop or twice in a cell: once
@@ -253,7 +268,10 @@ def release_text(entry: ErrorEntry) -> str:
     if len(entry.releases) == 1:
         (runs,) = entry.releases.values()
         return f"The same message on {span_text(runs)}."
-    return " ".join(f"On {span_text(runs)}: {m}." for m, runs in entry.releases.items())
+    return " ".join(
+        f"On {span_text(runs)}: {m}{'' if m.endswith('.') else '.'}"
+        for m, runs in entry.releases.items()
+    )
 
 
 def errors_text(entries: list[ErrorEntry]) -> str:

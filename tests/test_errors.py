@@ -156,3 +156,17 @@ def test_a_check_in_a_loop_gives_one_entry_per_error_it_printed() -> None:
     assert _is_a("NotImplementedError", {"RuntimeError"})  # a subclass, as `raises` allows
     assert not _is_a("ValueError", {"RuntimeError"})
     assert not _is_a("BroadcastError", {"RuntimeError"})  # not Python's own: by name only
+
+
+def test_a_run_is_credited_only_with_this_entrys_wording() -> None:
+    from memobook.errors import _wordings
+
+    pin = "RuntimeError: expected target dtype to be Long or Byte, but got Float"
+    same_shape = ["RuntimeError: expected target dtype to be Long or Byte, but got Float"]
+    assert _wordings(same_shape, pin) == same_shape
+    older = [  # a loop's other cases were caught too; the wording changed since
+        "RuntimeError: expected scalar type Long but found Float",
+        "RuntimeError: expected scalar type Long but found Int",
+    ]
+    assert _wordings(older, pin) == ["RuntimeError: expected scalar type Long but found Float"]
+    assert _wordings(older, "") == older  # no stored message to compare with: all
