@@ -148,9 +148,7 @@ def test_chapter_ends_with_its_summary(path: Path) -> None:
         f"{path.name} cells {bare}: the summary shows what to do; setup and teardown code "
         "goes before it (a code cell there must prove a claim)"
     )
-    summary = "".join(
-        memobook.source(c) for c in cells[index:] if c["cell_type"] == "markdown"
-    )
+    summary = "".join(memobook.source(c) for c in cells[index:] if c["cell_type"] == "markdown")
     for page in ("errors.md", "changes.md"):
         assert f"]({page})" in summary, f"{path.name}: its summary must link {page}"
 
