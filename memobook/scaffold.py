@@ -94,7 +94,10 @@ def _notebook(topic: str, title: str, builds_on: memobook.Chapter | None) -> nbf
         "## Summary: what to do\n\n"
         "What a reader should remember, as imperative lines; each is checked above "
         "([the memo](memo.md) links every claim to its cell).\n\n"
-        "- Count a tensor's elements with `numel()`."
+        "- Count a tensor's elements with `numel()`.\n\n"
+        "Pasted an error from your terminal? [Errors](errors.md) lists every error the book\n"
+        "provokes, by message; [What changed](changes.md) lists what differs between torch "
+        "releases."
     )
     summary.metadata["tags"] = [memobook.CONTEXT_TAG]
     nb.cells = [
