@@ -139,9 +139,10 @@ def merge(results: Path, *, book: Path = memobook.ROOT) -> list[str]:
             continue
         ran_cells = {str(c.get("id")): c for c in ran["cells"]}
         stored, left = 0, []
+        gpu_ids = set(gpu_cell_ids(nb))
         for cell in nb["cells"]:
             cell_id = str(cell.get("id"))
-            if cell_id not in gpu_cell_ids(nb):
+            if cell_id not in gpu_ids:
                 continue
             new = ran_cells.get(cell_id)
             code = source_digest(memobook.source(cell))
