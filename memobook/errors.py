@@ -62,12 +62,17 @@ class ErrorEntry:
     @property
     def names(self) -> set[str]:
         """The exception classes' own names (``OutOfMemoryError``)."""
-        return {t.rsplit(".", 1)[-1] for t in self.types}
+        return _class_names(self.types)
 
     @property
     def key(self) -> str:
         """What the entry is sorted and found by: its message, else its pattern."""
         return self.message or f"{'/'.join(sorted(self.names))}: /{self.match}/"
+
+
+def _class_names(types: tuple[str, ...]) -> set[str]:
+    """``("torch.OutOfMemoryError", "KeyError")`` -> ``{"OutOfMemoryError", "KeyError"}``."""
+    return {t.rsplit(".", 1)[-1] for t in types}
 
 
 def _comment_block(lines: list[str], line: int) -> dict[str, str]:
@@ -202,10 +207,10 @@ def errors(root: Path | None = None, matrix: MatrixRecord | None = None) -> list
             lines = source.splitlines()
             printed = _printed_lines(cell)
             for line, types, pattern in _raises_calls(source):
-                if not any(t.rsplit(".", 1)[-1][:1].isupper() for t in types):
+                if not any(name[:1].isupper() for name in _class_names(types)):
                     continue  # a type held in a variable (`raises(refusal, ...)`): unknown
                 notes = _comment_block(lines, line)
-                names = {t.rsplit(".", 1)[-1] for t in types}
+                names = _class_names(types)
                 messages = _stored_messages(printed, names, pattern) or [""]
                 for message in messages:
                     entry = ErrorEntry(
