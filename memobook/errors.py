@@ -370,7 +370,139 @@ def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> lis
     )
 
 
-def changes_text(found: list[Change]) -> str:
+# -------------------------------------------------------------------------- deprecations
+
+_WARNING_CLASSES = (
+    "DeprecationWarning",
+    "FutureWarning",
+    "PendingDeprecationWarning",
+    "UserWarning",
+)
+
+
+@dataclass
+class Deprecation:
+    """A claim cell that checks a deprecation warning, read from its comments::
+
+        # Deprecated: `x.T` on a tensor that is not 2-D.
+        # Use: `x.mT`, or `x.permute(...)` with the order spelled out.
+
+    The block sits at the top level of the cell, right above the code that provokes and
+    checks the warning; the warning's class and text are what that code (from the block
+    to the end of the cell) checks: the warning classes it names, and each string it
+    looks for in a message (``"..." in str(w.message)``)."""
+
+    chapter: str
+    docname: str
+    cell_id: str
+    claim: str
+    old: str
+    new: str
+    categories: tuple[str, ...]
+    texts: tuple[str, ...]
+    runs: list[str] = field(default_factory=list)
+    """The matrix runs that passed the cell as it reads now (``2.15 py3.11``)."""
+    began: str = ""
+    """The release the cell's version branch dates (:attr:`Change.changed_in`), or ``""``."""
+
+
+def _labelled(lines: list[str], labels: tuple[str, ...]) -> dict[str, str]:
+    """Every ``# Label: text`` comment of ``lines`` whose label is in ``labels`` (the
+    first of each), continued by the ``#   `` lines right after it."""
+    found: dict[str, str] = {}
+    current = None
+    for line in lines:
+        text = line.strip()
+        label = re.match(r"#\s*(\w+):\s*(.*)$", text)
+        if label and label.group(1) in labels and label.group(1) not in found:
+            current = label.group(1)
+            found[current] = label.group(2).strip()
+        elif current and text.startswith("#   "):
+            found[current] += " " + text[1:].strip()
+        else:
+            current = None
+    return found
+
+
+def _warning_checks(source: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The warning classes ``source`` names and the strings it looks for in messages."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return (), ()
+    categories: set[str] = set()
+    texts: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in _WARNING_CLASSES:
+            categories.add(node.id)
+        elif isinstance(node, ast.Constant) and node.value in _WARNING_CLASSES:
+            categories.add(str(node.value))
+        elif (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant)
+            and isinstance(node.left.value, str)
+            and isinstance(node.ops[0], ast.In)
+            and re.search(r"\bm\b|message", ast.unparse(node.comparators[0]))
+            and node.left.value not in texts
+        ):
+            texts.append(node.left.value)
+    return tuple(sorted(categories)), tuple(texts)
+
+
+def deprecations(root: Path | None = None, matrix: MatrixRecord | None = None) -> list[Deprecation]:
+    """Every claim cell with a ``# Deprecated:`` comment, in the book's order."""
+    from memobook.claims import cell_claims
+
+    base = memobook.ROOT if root is None else root
+    record = MatrixRecord() if matrix is None else matrix
+    dated: dict[tuple[str, str], str] = {}
+    for change in changes(base, record):  # a cell with several branches: the earliest
+        if change.changed_in:
+            key = (change.chapter, change.cell_id)
+            dated[key] = min(dated.get(key, change.changed_in), change.changed_in, key=version_key)
+    found: list[Deprecation] = []
+    for chapter in memobook.chapters(base):
+        for cell in memobook.code_cells(chapter.load()):
+            source = memobook.source(cell)
+            labels = _labelled(source.splitlines(), ("Deprecated", "Use"))
+            claims = cell_claims(source)
+            if "Deprecated" not in labels or not claims:
+                continue
+            cell_id = str(cell.get("id", ""))
+            lines = source.splitlines()
+            start = next(i for i, t in enumerate(lines) if re.match(r"#\s*Deprecated:", t))
+            categories, texts = _warning_checks("\n".join(lines[start:]))
+            entry = Deprecation(
+                chapter.name, chapter.docname, cell_id, claims[0], labels["Deprecated"],
+                labels.get("Use", ""), categories, texts,
+                began=dated.get((chapter.name, cell_id), ""),
+            )  # fmt: skip
+            digest = source_digest(source)
+            for run in record.sorted_runs():
+                outcome = run.claims.get(chapter.name, {}).get(cell_id)
+                if outcome is not None and outcome.source == digest and outcome.outcome == "passed":
+                    entry.runs.append(_run_name(run.torch, run.python))
+            found.append(entry)
+    return found
+
+
+def deprecation_when(entry: Deprecation) -> str:
+    """When the warning is known to come, in words."""
+    if entry.began:
+        return f"Began in torch {entry.began} (the version branch of its check)"
+    if entry.runs:
+        return f"Checked on {span_text(entry.runs)}"
+    return "Not yet checked by the version matrix as the cell reads now"
+
+
+def deprecation_warning_text(entry: Deprecation) -> str:
+    """The warning as the cell checks it: its class(es) and the text it looks for."""
+    kind = " or ".join(entry.categories) if entry.categories else "a warning"
+    said = "; ".join(f'"{t}"' for t in entry.texts)
+    return f"{kind}: {said}" if said else kind
+
+
+def changes_text(found: list[Change], deprecated: list[Deprecation] | None = None) -> str:
     """The What changed page as text (what the golden test compares)."""
     out: list[str] = []
     heading = None
@@ -382,6 +514,13 @@ def changes_text(found: list[Change]) -> str:
         out.append(f"- {change.claim}  [{change.docname}#claim-{change.cell_id}]")
         out.append(f"  {change.test}: {span_text(change.then_runs)}")
         out.append(f"  otherwise: {span_text(change.else_runs)}")
+    if deprecated:
+        out.append("## deprecations")
+    for entry in deprecated or []:
+        out.append(f"- {entry.old}  [{entry.docname}#claim-{entry.cell_id}]")
+        out.append(f"  use: {entry.new}")
+        out.append(f"  warning: {deprecation_warning_text(entry)}")
+        out.append(f"  {deprecation_when(entry)}")
     return "\n".join(out) + "\n"
 
 
@@ -390,7 +529,7 @@ def main() -> None:  # pragma: no cover - a look at the pages' content in a term
     found = errors(matrix=matrix)
     print(errors_text(found))
     print(f"{len(found)} checks, {len({e.key for e in found})} distinct errors\n")
-    print(changes_text(changes(matrix=matrix)))
+    print(changes_text(changes(matrix=matrix), deprecations(matrix=matrix)))
 
 
 if __name__ == "__main__":

@@ -447,7 +447,13 @@ class ChangesDirective(SphinxDirective):
     changed it, newest first."""
 
     def run(self) -> list[nodes.Node]:
-        from memobook.errors import changes, span_text
+        from memobook.errors import (
+            changes,
+            deprecation_warning_text,
+            deprecation_when,
+            deprecations,
+            span_text,
+        )
 
         root = Path(self.env.srcdir)
         matrix = MatrixRecord.read(root / MATRIX.relative_to(memobook.ROOT))
@@ -478,6 +484,31 @@ class ChangesDirective(SphinxDirective):
                                  f"{span_text(change.else_runs)}")  # fmt: skip
             item += tested
             items += item
+        deprecated = deprecations(root, matrix)
+        if deprecated:
+            section = nodes.section(ids=["changes-deprecations"], names=["changes deprecations"])
+            section += nodes.title(text="Deprecations")
+            items = nodes.bullet_list(classes=["memo-changes"])
+            for entry in deprecated:
+                item = nodes.list_item(classes=["memo-change", "memo-deprecation"])
+                head = nodes.paragraph()
+                head += nodes.strong(text="Deprecated: ")
+                head.extend(_inline(entry.old))
+                head += nodes.Text(" ")
+                head += _proof(entry.docname, self.env.docname, entry.cell_id)
+                item += head
+                if entry.new:
+                    use = nodes.paragraph()
+                    use += nodes.strong(text="Use: ")
+                    use.extend(_inline(entry.new))
+                    item += use
+                warned = nodes.paragraph(classes=["memo-releases"])
+                warned += nodes.Text(f"Warning: {deprecation_warning_text(entry)}. ")
+                warned += nodes.Text(f"{deprecation_when(entry)}.")
+                item += warned
+                items += item
+            section += items
+            out.append(section)
         return out
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from memobook.errors import changes, changes_text, errors, errors_text
+from memobook.errors import changes, changes_text, deprecations, errors, errors_text
 from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome, source_digest
 from tests.conftest import UPDATE_GOLDEN, golden_rewritten
 
@@ -40,6 +40,23 @@ if "2.10" <= torch.__version__ < "2.11":
 else:
     assert refused()
 """
+DEPRECATED = """\
+# Claim: the old call warns.
+assert new_call() == 1
+# Deprecated: `old_call()`.
+# Use: `new_call()`,
+#   with no arguments.
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    old_call()
+assert caught[0].category is FutureWarning
+assert "old_call is deprecated" in str(caught[0].message)
+assert "not the deprecation" in other_text  # not a message: not the warning's text
+"""
+NOT_A_CLAIM = """\
+# Deprecated: `helper()`, in a cell that claims nothing: left out.
+helper()
+"""
 
 
 def _book(root: Path) -> Path:
@@ -60,6 +77,8 @@ def _book(root: Path) -> Path:
         raising,
         nbformat.v4.new_code_cell(BRANCHING, id="branching"),
         nbformat.v4.new_code_cell(ONE_RELEASE, id="onerelease"),
+        nbformat.v4.new_code_cell(DEPRECATED, id="deprecated"),
+        nbformat.v4.new_code_cell(NOT_A_CLAIM, id="notaclaim"),
     ]
     (root / "book" / "topic.ipynb").write_text(nbformat.writes(nb))
     return root
@@ -72,6 +91,9 @@ def _run(torch: str, python: str, then: bool, raised: dict[str, list[list[str]]]
         "topic": {
             "branching": ClaimOutcome("passed", source_digest(BRANCHING), (side,)),
             "onerelease": ClaimOutcome("passed", source_digest(ONE_RELEASE), (only_210,)),
+            "deprecated": ClaimOutcome(
+                "failed" if torch.startswith("2.10.") else "passed", source_digest(DEPRECATED)
+            ),
         }
     }
     return MatrixRun(torch, "0", "d", python, Outcome(1, 0, 0), {}, claims, raised=raised)
@@ -104,7 +126,7 @@ def test_the_generated_page_matches_its_golden_file(
     text = (
         errors_text(errors(root, _matrix()))
         if page == "errors"
-        else changes_text(changes(root, _matrix()))
+        else changes_text(changes(root, _matrix()), deprecations(root, _matrix()))
     )
     path = GOLDEN / f"{page}.txt"
     if request.config.getoption(UPDATE_GOLDEN):
@@ -133,6 +155,17 @@ def test_a_change_is_dated_by_the_first_release_on_its_new_side(tmp_path: Path) 
     assert [c.changed_in for c in found] == ["2.13", ""]  # 2.10 alone splits nothing in two
 
 
+def test_a_deprecation_names_old_new_warning_and_the_runs_that_passed(
+    tmp_path: Path,
+) -> None:
+    (found,) = deprecations(_book(tmp_path), _matrix())
+    assert (found.old, found.new) == ("`old_call()`.", "`new_call()`, with no arguments.")
+    assert found.categories == ("FutureWarning",)
+    assert found.texts == ("old_call is deprecated",)
+    assert found.runs == ["2.12 py3.11", "2.13 py3.11", "2.15 py3.11", "2.15 py3.12"]
+    assert found.began == ""  # no version branch: only the runs are named
+
+
 def test_the_books_own_pages_have_entries() -> None:
     found = errors()
     assert len({e.key for e in found}) >= 60
@@ -140,6 +173,8 @@ def test_the_books_own_pages_have_entries() -> None:
     for words in ("view size is not compatible", "Can't call numpy() on Tensor that requires grad"):
         assert words in messages
     assert changes(), "the book has version-conditional claims"
+    dated = {d.old: d.began for d in deprecations(matrix=MatrixRecord.read())}
+    assert dated["`torch.jit.script(fn)`."] == "2.10"  # its check branches on the release
     json.dumps([e.key for e in found])  # plain text throughout
 
 

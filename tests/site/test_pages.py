@@ -64,3 +64,27 @@ def test_launch_buttons_point_at_the_notebook(chapter_page: tuple[Path, Page]) -
     download = next(h for h in hrefs if h.endswith(f"_sources/{path}"))
     with urllib.request.urlopen(download) as response:  # the .ipynb as stored
         assert json.loads(response.read()) == memobook.load(notebook)
+
+
+def test_what_changed_lists_every_deprecation_with_a_proof_that_lands(
+    page: Page, site_url: str
+) -> None:
+    from memobook.errors import deprecations
+    from memobook.record import MatrixRecord
+
+    expected = deprecations(matrix=MatrixRecord.read())
+    assert len(expected) >= 7
+    page.goto(f"{site_url}/book/changes.html")
+    items = page.locator("#changes-deprecations li.memo-deprecation")
+    assert items.count() == len(expected)
+    for index, entry in enumerate(expected):
+        text = " ".join(items.nth(index).inner_text().split())
+        assert f"Deprecated: {entry.old.replace('`', '')}" in text
+        assert f"Use: {entry.new.replace('`', '')}" in text
+        assert "Warning: " in text
+        assert all(t in text for t in entry.texts)
+        link = items.nth(index).locator("a.memo-proof-link")
+        assert (link.get_attribute("href") or "").endswith(f"#claim-{entry.cell_id}")
+    items.first.locator("a.memo-proof-link").click()
+    page.wait_for_url(f"**/{expected[0].docname}.html#claim-{expected[0].cell_id}")
+    assert page.locator(f"#claim-{expected[0].cell_id}").count() == 1
