@@ -222,7 +222,7 @@ def run_workers(
     worker: Callable[..., Any],
     *args: Any,
     world_size: int = 2,
-    timeout: float = 60.0,
+    timeout: float = 180.0,
 ) -> list[Any]:
     """Run ``worker(*args)`` in ``world_size`` fresh processes joined by ``gloo``.
 
@@ -454,7 +454,7 @@ def reference_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any
     return _step(make_model(seed), x, y, rate)
 
 
-def run_torchrun(*, nproc: int = 2, timeout: float = 60.0) -> list[dict[str, Any]]:
+def run_torchrun(*, nproc: int = 2, timeout: float = 180.0) -> list[dict[str, Any]]:
     """Launch ``python -m torch.distributed.run`` (``torchrun``) on this module.
 
     ``torchrun --nproc-per-node NPROC --master-addr 127.0.0.1 --master-port PORT -m

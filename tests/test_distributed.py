@@ -159,7 +159,7 @@ def _alive(pid: int) -> bool:
 
 def test_a_rank_may_start_dataloader_workers() -> None:
     with no_orphans():
-        assert run_workers(dataloader_sum, world_size=2, timeout=60) == [56.0, 56.0]
+        assert run_workers(dataloader_sum, world_size=2, timeout=LOADED) == [56.0, 56.0]
 
 
 def test_a_timeout_kills_each_rank_with_the_processes_it_started(tmp_path: Path) -> None:
