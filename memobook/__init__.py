@@ -5,11 +5,14 @@ Everything that needs a fact about the book asks this package: the noxfile, the 
 pytest plugin of the notebook runs and the Sphinx extension of the site.
 
 - the chapters, in reading order, from ``_toc.yml`` (:func:`chapters`);
+- what each chapter teaches, in one line (:data:`DESCRIPTION_KEY`);
 - the setup cell every chapter starts with (:func:`setup_cell_source`);
 - the cell tags the book uses (:data:`GPU_TAG`, ...);
 - the options of every nbval run (:data:`NBVAL_ARGS`);
 - the run records stored in each notebook's metadata (:mod:`memobook.record`);
-- the claims each chapter makes (:mod:`memobook.claims`).
+- the claims each chapter makes (:mod:`memobook.claims`);
+- what each figure shows (:mod:`memobook.figures`);
+- the concepts the book defines, and where (:mod:`memobook.concepts`).
 
 This module imports only the standard library at import time (the noxfile imports it
 from nox's own interpreter); reading YAML imports PyYAML when it is first needed.
@@ -226,6 +229,11 @@ class Chapter:
         """The chapter's title: its first markdown heading, without backticks."""
         return title_of(load(self.path))
 
+    @property
+    def description(self) -> str:
+        """What the chapter teaches, in one line (:data:`DESCRIPTION_KEY`); ``""`` if unset."""
+        return description_of(load(self.path))
+
     def load(self) -> dict[str, Any]:
         """The notebook as plain JSON."""
         return load(self.path)
@@ -296,6 +304,16 @@ def title_of(nb: dict[str, Any]) -> str:
                 if line.startswith("#"):
                     return line.lstrip("#").strip().replace("`", "")
     return ""
+
+
+DESCRIPTION_KEY = "pytorch_memo_description"
+"""The notebook metadata that says, in one line, what the chapter teaches: the landing
+page lists each chapter with it. Backticks mark code, as in the chapter's text."""
+
+
+def description_of(nb: dict[str, Any]) -> str:
+    """The notebook's one-line description (:data:`DESCRIPTION_KEY`); ``""`` when unset."""
+    return str(nb.get("metadata", {}).get(DESCRIPTION_KEY, "")).strip()
 
 
 def package_imports(nb: dict[str, Any]) -> list[str]:

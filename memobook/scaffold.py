@@ -8,7 +8,8 @@ Usage::
 ``TOPIC`` (a lowercase Python identifier) names the files it writes:
 
 - ``book/TOPIC.ipynb``: the title, the setup cell, an import cell, and a first section
-  whose cell states one claim and checks it; the standard kernel metadata;
+  whose cell states one claim and checks it; the standard kernel metadata and a
+  placeholder for the one-line description the landing page lists;
 - ``pytorch_memo/TOPIC.py``: a module with one example helper written the book's way
   (typed, keyword-only options, an error naming the argument, a doctest);
 - ``tests/test_TOPIC.py``: that helper tested against plain torch, with hypothesis;
@@ -83,6 +84,7 @@ def _notebook(topic: str, title: str, builds_on: memobook.Chapter | None) -> nbf
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = dict(memobook.KERNELSPEC)
     nb.metadata["language_info"] = memobook.language_info()
+    nb.metadata[memobook.DESCRIPTION_KEY] = "What the chapter teaches, in one line."
     setup = nbformat.v4.new_code_cell(memobook.setup_cell_source())
     setup.metadata["tags"] = [memobook.HIDE_INPUT_TAG]
     check = nbformat.v4.new_code_cell(

@@ -9,6 +9,11 @@
 - A "Helpers used in this chapter" section appended to every chapter, generated from
   the chapter's ``from pytorch_memo... import ...`` lines and linked to the API reference
   (nitpicky builds fail when a helper is missing from the reference).
+- ``memo-chapters``, ``memo-figure`` and ``memo-concepts``: the landing page's list of
+  chapters (each with its one-line description), a figure from a chapter, and the index
+  of concepts (:mod:`memobook.concepts`).
+- Figures: alt text that says what each shows (:mod:`memobook.figures`), and a link to
+  the full-size image (a phone shows it scaled to the column).
 - Small fixes: repeated <script> tags removed; figures kept legible in dark mode.
 """
 
@@ -385,6 +390,164 @@ class ClaimsDirective(SphinxDirective):
         return [summary, *out]
 
 
+class ChaptersDirective(SphinxDirective):
+    """The chapters, part by part in reading order, each linked, with what it teaches in
+    one line (:attr:`memobook.Chapter.description`)."""
+
+    def run(self) -> list[nodes.Node]:
+        out: list[nodes.Node] = []
+        items = nodes.enumerated_list()
+        part = None
+        for number, chapter in enumerate(memobook.chapters(Path(self.env.srcdir)), 1):
+            self.env.note_dependency(str(chapter.path))
+            if chapter.part != part:  # chapters are numbered through the book, as in the menu
+                part = chapter.part
+                heading = nodes.paragraph(classes=["memo-part"])
+                heading += nodes.strong(text=part)
+                items = nodes.enumerated_list(enumtype="arabic", classes=["memo-chapters"])
+                if number > 1:
+                    items["start"] = number
+                out += [heading, items]
+            paragraph = nodes.paragraph()
+            paragraph += _doc_link(chapter.docname, chapter.title)
+            description = chapter.description
+            if not description:
+                msg = f"{chapter.path.name} has no {memobook.DESCRIPTION_KEY} in its metadata"
+                raise self.error(msg)
+            paragraph += nodes.Text(": ")
+            paragraph.extend(_inline(description))
+            item = nodes.list_item()
+            item += paragraph
+            items += item
+        return out
+
+
+def _figure_file(app: Sphinx, data: str) -> str:
+    """Write a notebook's base64 PNG where myst-nb writes its images (the same file as
+    the chapter's, so the site holds it once); return its path for an image node."""
+    import base64
+    import hashlib
+    import os
+
+    from myst_nb.sphinx_ext import OUTPUT_FOLDER  # type: ignore[import-untyped]
+
+    content = base64.b64decode(data)
+    folder = Path(app.outdir).parent / OUTPUT_FOLDER
+    path = folder / f"{hashlib.sha256(content).hexdigest()}.png"
+    if not path.exists():
+        from pytorch_memo._files import atomic_file
+
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_file(path) as (file, _):
+            file.write(content)
+    return "/" + Path(os.path.relpath(path.resolve(), Path(app.srcdir).resolve())).as_posix()
+
+
+def _section_of(nb: dict[str, Any], index: int) -> str:
+    """The anchor of the section that holds cell ``index``."""
+    from memobook.concepts import section_anchor
+
+    found = ""
+    for cell in nb["cells"][: index + 1]:
+        if cell["cell_type"] == "markdown":
+            for line in memobook.source(cell).splitlines():
+                if line.startswith(("## ", "### ")):
+                    found = section_anchor(line.lstrip("#").strip())
+    return found
+
+
+class FigureDirective(SphinxDirective):
+    """A figure from a chapter, by topic and cell id (``views 82b6192c``): its stored
+    image, described as on its page (:mod:`memobook.figures`), and a caption that links
+    to the section it comes from."""
+
+    required_arguments = 2
+
+    def run(self) -> list[nodes.Node]:
+        from memobook.figures import description
+
+        topic, cell_id = self.arguments
+        chapters = {c.name: c for c in memobook.chapters(Path(self.env.srcdir))}
+        if topic not in chapters:
+            raise self.error(
+                f"memo-figure: {topic!r} is not a chapter; chapters: {sorted(chapters)}"
+            )
+        chapter = chapters[topic]
+        self.env.note_dependency(str(chapter.path))
+        nb = chapter.load()
+        index = next((i for i, c in enumerate(nb["cells"]) if c.get("id") == cell_id), None)
+        images = [
+            o["data"]["image/png"]
+            for o in (nb["cells"][index].get("outputs", []) if index is not None else [])
+            if "image/png" in o.get("data", {})
+        ]
+        if index is None or len(images) != 1:
+            msg = f"memo-figure: cell {cell_id!r} of {chapter.path.name} must hold one PNG figure"
+            raise self.error(msg)
+        text = description(memobook.source(nb["cells"][index]))
+        data = images[0]
+        uri = _figure_file(self.env.app, data if isinstance(data, str) else "".join(data))
+        container = nodes.container(classes=["memo-landing-figure"])
+        container += nodes.image(uri=uri, alt=text)
+        caption = nodes.paragraph(classes=["memo-landing-caption"])
+        caption.extend(_inline(text[:1].upper() + text[1:]))
+        caption += nodes.Text(" From ")
+        relative = posixpath.relpath(chapter.docname, posixpath.dirname(self.env.docname))
+        ref = nodes.reference("", "", refuri=f"{relative}.html#{_section_of(nb, index)}")
+        ref += nodes.Text(chapter.title)
+        caption += ref
+        caption += nodes.Text(".")
+        container += caption
+        return [container]
+
+
+class ConceptsDirective(SphinxDirective):
+    """The index of concepts, A to Z: each term linked to the section that explains it
+    (:data:`memobook.concepts.CONCEPTS`)."""
+
+    def run(self) -> list[nodes.Node]:
+        from memobook.concepts import by_initial, heading_text, sections
+
+        chapters = {c.name: c for c in memobook.chapters(Path(self.env.srcdir))}
+        headings: dict[tuple[str, str], str] = {}
+        for chapter in chapters.values():
+            self.env.note_dependency(str(chapter.path))
+            for found in sections(chapter.load()):
+                headings.setdefault((chapter.name, found.anchor), found.heading)
+        out: list[nodes.Node] = []
+        for initial, concepts in by_initial().items():
+            section = nodes.section(
+                ids=[f"concepts-{initial.lower()}"], names=[f"concepts {initial}"]
+            )
+            section += nodes.title(text=initial)
+            items = nodes.bullet_list(classes=["memo-concepts"])
+            for concept in concepts:
+                heading = headings.get((concept.chapter, concept.anchor))
+                if concept.chapter not in chapters or heading is None:
+                    msg = f"concept {concept.term!r}: no section {concept.anchor!r} in {concept.chapter!r}"
+                    raise self.error(msg)
+                chapter = chapters[concept.chapter]
+                paragraph = nodes.paragraph()
+                paragraph += nodes.strong("", "", *_inline(concept.term))
+                paragraph += nodes.Text(": ")
+                relative = posixpath.relpath(chapter.docname, posixpath.dirname(self.env.docname))
+                ref = nodes.reference(
+                    "",
+                    "",
+                    refuri=f"{relative}.html#{concept.anchor}",
+                    classes=["memo-concept-link"],
+                )
+                ref += nodes.Text(f"{chapter.title} \u203a ")
+                ref.extend(_inline(heading_text(heading, code=True)))
+                paragraph += ref
+                item = nodes.list_item()
+                item += paragraph
+                items += item
+            section += items
+            out.append(section)
+        return out
+
+
 def _chapter_section(chapter: memobook.Chapter, prefix: str) -> nodes.section:
     section = nodes.section(ids=[f"{prefix}-{chapter.name}"], names=[f"{prefix} {chapter.name}"])
     title = nodes.title()
@@ -527,12 +690,17 @@ def _mark_cells(app: Sphinx, doctree: nodes.document) -> None:
     notebook = Path(app.srcdir) / f"{app.env.docname}.ipynb"
     if not app.env.docname.startswith("book/") or not notebook.exists():
         return
+    from memobook.figures import description
+
     nb = memobook.load(notebook)
     cells = nb["cells"]
     for container in list(doctree.findall(nodes.container)):
         if container.get("nb_element") != "cell_code":
             continue
         cell = cells[container["cell_index"]]
+        for image in container.findall(nodes.image):  # a figure: say what it shows
+            image["alt"] = description(memobook.source(cell))
+            image["classes"].append("memo-figure")
         if cell_claims(memobook.source(cell)):
             container["ids"].append(anchor(str(cell.get("id", ""))))
             container["classes"].append("memo-claim")
@@ -547,6 +715,26 @@ def _mark_cells(app: Sphinx, doctree: nodes.document) -> None:
             note = nodes.container(classes=["memo-gpu-note"])
             note += nodes.paragraph(text=_gpu_text(mark))
             container.parent.insert(container.parent.index(container), note)
+
+
+def _link_figures(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """Wrap each figure of a chapter in a link to its full-size image: a phone shows it
+    scaled to the column, and a tap opens it whole. (Sphinx links only images given a
+    size; the name of the copy in ``_images`` is known once every page is read.)"""
+    if app.builder.name != "html":
+        return
+    from sphinx.util.osutil import relative_uri
+
+    for image in list(doctree.findall(nodes.image)):
+        if "memo-figure" not in image["classes"] or isinstance(image.parent, nodes.reference):
+            continue
+        copied = app.env.images.get(image["uri"])
+        if copied is None:
+            continue
+        target = relative_uri(app.builder.get_target_uri(docname), f"_images/{copied[1]}")
+        link = nodes.reference("", "", refuri=target, internal=True, classes=["memo-figure-link"])
+        image.replace_self(link)
+        link += image
 
 
 def _add_helper_links(app: Sphinx, doctree: nodes.document) -> None:
@@ -599,10 +787,14 @@ MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2")
 
 
 def _configure(app: Sphinx, config: Any) -> None:
-    """Math from the site itself, not a CDN; a source button on every page."""
+    """Math from the site itself, not a CDN; a source button on every page; the title
+    beside the logo."""
     _mathjax()  # fail early, with the reason, when it is missing
     config.mathjax_path = "mathjax/tex-chtml.js"
-    config.html_theme_options = {**config.html_theme_options, "use_source_button": True}
+    options = config.html_theme_options
+    # The logo, and beside it the book's title (with a logo the theme shows no title).
+    logo = {**options.get("logo", {}), "text": config.html_title}
+    config.html_theme_options = {**options, "use_source_button": True, "logo": logo}
 
 
 def _copy_mathjax(app: Sphinx, exception: Exception | None) -> None:
@@ -620,6 +812,29 @@ def _copy_mathjax(app: Sphinx, exception: Exception | None) -> None:
             copy_asset(str(source / name), str(target.parent))
 
 
+def _write_root_page(app: Sphinx, exception: Exception | None) -> None:
+    """The site's root, ``index.html``: a redirect to the landing page, as the table of
+    contents' extension writes it, with the site's title and favicon (without one the
+    browser asks for ``/favicon.ico``, which does not exist)."""
+    if exception is not None or app.builder.name != "html":
+        return
+    from html import escape
+
+    from pytorch_memo._files import atomic_file
+
+    target = escape(f"{app.config.root_doc}.html")
+    icon = Path(app.config.html_favicon or "").name
+    link = f'<link rel="icon" href="_static/{escape(icon)}">\n' if icon else ""
+    page = (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{escape(app.config.html_title)}</title>\n{link}"
+        f'<meta http-equiv="Refresh" content="0; url={target}">\n</head>\n'
+        f'<body><a href="{target}">{escape(app.config.html_title)}</a></body>\n</html>\n'
+    )
+    with atomic_file(Path(app.outdir) / "index.html") as (file, _):
+        file.write(page.encode())
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("memo-status", StatusDirective)
     app.add_directive("memo-api", ApiDirective)
@@ -628,10 +843,15 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("memo-teaching", TeachingDirective)
     app.add_directive("memo-errors", ErrorsDirective)
     app.add_directive("memo-changes", ChangesDirective)
+    app.add_directive("memo-chapters", ChaptersDirective)
+    app.add_directive("memo-figure", FigureDirective)
+    app.add_directive("memo-concepts", ConceptsDirective)
+    app.connect("doctree-resolved", _link_figures)
     app.connect("doctree-read", _mark_cells)
     app.connect("builder-inited", _add_static)
     app.connect("config-inited", _configure)
     app.connect("build-finished", _copy_mathjax)
+    app.connect("build-finished", _write_root_page, priority=900)  # after the toc's own
     app.add_css_file("memo.css")
     app.add_js_file("memo.js")
     # Before Sphinx's collectors (priority 500) read the page's sections, so the helpers

@@ -1,6 +1,7 @@
 """Hygiene of the stored chapters: run in order, no stray errors or machine paths, one
-setup cell, the standard metadata, known tags, and _toc.yml in step with book/. (Their
-outputs are checked by nbval in `nox -s notebooks`.)"""
+setup cell, the standard metadata, a one-line description, figures that say what they
+show, known tags, and _toc.yml in step with book/. (Their outputs are checked by nbval
+in `nox -s notebooks`.)"""
 
 from __future__ import annotations
 
@@ -99,6 +100,29 @@ def test_code_lines_fit_the_sites_column(path: Path) -> None:
     ]
     assert not long, (
         f"lines longer than {memobook.CODE_WIDTH} characters scroll on the site: {long}"
+    )
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_says_what_it_teaches_in_one_line(path: Path) -> None:
+    text = memobook.description_of(memobook.load(path))
+    assert text, (
+        f"{path.name}: its metadata needs {memobook.DESCRIPTION_KEY!r}: what the chapter "
+        "teaches, in one line (the landing page lists it)"
+    )
+    assert "\n" not in text, text
+    assert len(text) <= 160, text
+    assert text.endswith("."), text
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_every_figure_says_what_it_shows(path: Path) -> None:
+    from memobook.figures import figures
+
+    silent = [f.cell for f in figures(memobook.load(path)) if not f.description]
+    assert not silent, (
+        f"{path.name} cells {silent} draw a figure with no title and no caption: write "
+        "'# Figure: what it shows' in the cell (the site's alt text)"
     )
 
 

@@ -72,6 +72,7 @@ def test_the_scaffold_writes_the_files_and_the_toc_entry(copy: Path) -> None:
     chapters = memobook.chapters(copy)
     assert chapters[-1].name == TOPIC, "appended at the end of the last numbered part"
     assert chapters[-1].part == memobook.chapters()[-1].part
+    assert chapters[-1].description, "a placeholder for the landing page's line"
     assert [c.name for c in chapters[:-1]] == [c.name for c in memobook.chapters()]
 
 

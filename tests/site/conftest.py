@@ -24,9 +24,18 @@ from memobook import pdf
 HTML = memobook.ROOT / "_build" / "html"
 
 
+SERVED: list[tuple[str, int]] = []
+"""Every request the site's server answered, ``(path, status)``, in order: what the
+browser fetched on its own (a favicon) as well as what the pages asked for."""
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        status = int(code) if isinstance(code, int) or str(code).isdigit() else 0
+        SERVED.append((self.path, status))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,176 @@
+"""The index of concepts: the terms a reader looks up, each linked to the section of the
+chapter that explains it. The site's "Index of concepts" page lists them A to Z.
+
+Each entry names the chapter (its topic) and the section by its anchor on the chapter's
+page, the id the site gives the heading (:func:`section_anchor`). The book's tests check
+that the section exists and that its text uses the term (``tests/test_concepts.py``);
+a renamed heading fails them, and the site's link check, until the entry follows.
+
+The index replaces Sphinx's general index, which listed the helpers' names (the API
+reference lists those) and no concept; the site builds no ``genindex`` page.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import memobook
+
+
+@dataclass(frozen=True)
+class Concept:
+    """A term of the index.
+
+    Attributes:
+        term: the term as the index shows it; backticks mark code.
+        chapter: the topic of the chapter that explains it (``views``).
+        anchor: the id of the section that explains it, on the chapter's page.
+        used_as: how the section's text writes the term, where it differs from ``term``
+            (case and backticks aside).
+    """
+
+    term: str
+    chapter: str
+    anchor: str
+    used_as: str = ""
+
+    @property
+    def key(self) -> str:
+        """The term as the index sorts it: lower case, no backticks or leading dots."""
+        return self.term.replace("`", "").lstrip(".").lower()
+
+
+CONCEPTS = (
+    Concept("activation checkpointing", "autograd_mechanics", "activation-checkpointing-torch-utils-checkpoint"),
+    Concept("advanced indexing", "indexing", "advanced-indexing-returns-copies"),
+    Concept("all-reduce", "devices", "all-reduce", "all_reduce"),
+    Concept("autocast", "mixed_precision", "torch-autocast-on-cpu"),
+    Concept("autograd graph", "autograd", "the-graph-grad-fn-is-leaf-and-next-functions", "graph"),
+    Concept("bfloat16", "mixed_precision", "four-floating-point-formats"),
+    Concept("break-even (compiling)", "compiling", "when-compiling-does-not-pay", "break-even"),
+    Concept("broadcasting", "broadcasting", "the-rules", "broadcast"),
+    Concept("buffer", "buffers", "three-ways-to-hold-a-tensor"),
+    Concept("`channels_last`", "creation", "images-nchw-nhwc-and-channels-last"),
+    Concept("collate function", "data_loading", "batching-and-the-default-collate-fn", "collate"),
+    Concept("contiguous", "views", "which-operations-copy-contiguous-and-clone"),
+    Concept("cross entropy", "losses", "the-formula"),
+    Concept("custom operator", "extensions", "a-real-operator-torch-library-custom-op", "custom_op"),
+    Concept("DataLoader workers", "data_loading", "worker-processes-num-workers", "worker"),
+    Concept("default dtype", "creation", "how-the-dtype-is-inferred-and-the-default-dtype"),
+    Concept("deterministic algorithms", "randomness", "deterministic-algorithms"),
+    Concept("device", "devices", "device-objects-and-device-strings"),
+    Concept("DistributedDataParallel (DDP)", "devices", "a-distributeddataparallel-step", "DistributedDataParallel"),
+    Concept("`DistributedSampler`", "data_loading", "distributedsampler-one-shard-per-rank"),
+    Concept("Dynamo", "compiling", "what-torch-compile-does"),
+    Concept("dynamic shapes", "compiling", "recompiling-new-shapes-and-dynamic", "dynamic"),
+    Concept("eps (machine epsilon)", "mixed_precision", "rounding-integers-and-eps", "eps"),
+    Concept("FSDP (fully sharded data parallel)", "devices", "sharding-fsdp2-fully-shard", "fully_shard"),
+    Concept("generator", "randomness", "generators-the-global-one-your-own-one-per-device"),
+    Concept("`.grad` accumulation", "autograd_mechanics", "grad-accumulates", "accumulate"),
+    Concept("grad mode", "autograd_mechanics", "no-grad-inference-mode-and-eval-which-is-not-a-grad-mode"),
+    Concept("gradient accumulation", "devices", "gradient-accumulation-with-no-sync"),
+    Concept("`GradScaler`", "mixed_precision", "loss-scaling-and-gradscaler"),
+    Concept("graph break", "compiling", "graph-breaks"),
+    Concept("guards (torch.compile)", "compiling", "recompiling-new-shapes-and-dynamic", "guard"),
+    Concept("hooks", "autograd_mechanics", "tensor-hooks-register-hook", "hook"),
+    Concept("Inductor", "compiling", "inductor-the-code-it-generates"),
+    Concept("inference mode", "autograd", "torch-no-grad-and-torch-inference-mode", "inference_mode"),
+    Concept("label smoothing", "losses", "label-smoothing", "label_smoothing"),
+    Concept("leaf tensor", "autograd", "the-graph-grad-fn-is-leaf-and-next-functions", "leaf"),
+    Concept("log-sum-exp", "losses", "log-sum-exp-the-softmax-denominator-without-overflow"),
+    Concept("logits", "losses", "logits-not-probabilities"),
+    Concept("loss scaling", "mixed_precision", "loss-scaling-and-gradscaler"),
+    Concept("`map_location`", "saving", "map-location-and-to-where-tensors-land-and-where-the-model-is"),
+    Concept("memory format", "views", "is-contiguous-and-memory-formats"),
+    Concept("memory snapshot", "profiling", "what-the-allocator-did-step-by-step-memory-snapshots"),
+    Concept("meta device", "buffers", "built-on-the-meta-device-a-non-persistent-buffer-is-lost", "meta"),
+    Concept("`mmap`", "saving", "mmap-true-load-without-reading"),
+    Concept("mult-adds", "profiling", "what-mult-adds-count"),
+    Concept("non-persistent buffer", "buffers", "persistent-false-a-buffer-left-out-of-the-checkpoint", "persistent"),
+    Concept("`nn.Parameter`", "creation", "nn-parameter-a-tensor-that-a-module-trains"),
+    Concept("pinned memory", "data_loading", "pin-memory", "pin"),
+    Concept("rank", "devices", "several-processes-torch-distributed"),
+    Concept("recompiling", "compiling", "recompiling-new-shapes-and-dynamic"),
+    Concept("safetensors", "saving", "safetensors-weights-without-pickle"),
+    Concept("sampler", "data_loading", "samplers-which-indices-in-which-order"),
+    Concept("saved tensors", "autograd_mechanics", "what-autograd-saves-saved-tensors-hooks", "saved"),
+    Concept("seed", "randomness", "what-torch-manual-seed-seeds-and-what-it-does-not"),
+    Concept("self CPU time", "profiling", "self-cpu-and-cpu-total", "self CPU"),
+    Concept("`state_dict`", "saving", "state-dict-the-recommended-thing-to-save"),
+    Concept("storage", "views", "the-storage-itself-untyped-storage-and-data-ptr"),
+    Concept("storage offset", "views", "stride-and-storage-offset", "storage_offset"),
+    Concept("stride", "views", "stride-and-storage-offset"),
+    Concept("subnormal numbers", "mixed_precision", "overflow-and-underflow", "subnormal"),
+    Concept("temperature", "losses", "temperature"),
+    Concept("TF32", "mixed_precision", "tf32-float32-matrix-products-on-tensor-cores"),
+    Concept("top-k and top-p sampling", "losses", "top-k-and-top-p-cutting-the-tail-before-the-draw", "top-k"),
+    Concept("`torch.export`", "compiling", "torch-export-one-graph-to-deploy"),
+    Concept("version counter", "views", "views-and-autograd-one-version-counter"),
+    Concept("view", "views", "which-operations-return-views"),
+    Concept("`weights_only`", "saving", "weights-only-true-what-it-refuses-and-why"),
+    Concept("world size", "devices", "several-processes-torch-distributed", "world_size"),
+)  # fmt: skip
+"""Every concept of the index."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """A section of a chapter: its heading as written, its anchor and its markdown."""
+
+    heading: str
+    anchor: str
+    text: str
+
+
+_HEADING = re.compile(r"^(#{2,6})\s+(.*?)\s*$")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+
+
+def heading_text(heading: str, *, code: bool = False) -> str:
+    """A markdown heading as the site's text reads it: no emphasis or link targets, and
+    no backticks (``code=True`` keeps them, to show code as code)."""
+    text = _LINK.sub(r"\1", heading).replace("**", "").strip()
+    return text if code else text.replace("`", "")
+
+
+def section_anchor(heading: str) -> str:
+    """The id the site gives a section with this heading (docutils' ``make_id``)."""
+    from docutils.nodes import make_id
+
+    return str(make_id(heading_text(heading)))
+
+
+def sections(nb: dict[str, Any]) -> list[Section]:
+    """The sections of a chapter (headings of level 2 and below), each with its markdown
+    up to the next heading of the same or a higher level."""
+    lines: list[tuple[int, str, str]] = []  # (level or 0, heading, line)
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        for line in memobook.source(cell).splitlines():
+            match = _HEADING.match(line)
+            if match:
+                lines.append((len(match.group(1)), match.group(2), line))
+            else:
+                lines.append((0, "", line))
+    found = []
+    for start, (level, heading, _) in enumerate(lines):
+        if not level:
+            continue
+        body = []
+        for later, _heading, line in lines[start + 1 :]:
+            if later and later <= level:
+                break
+            body.append(line)
+        found.append(Section(heading, section_anchor(heading), "\n".join(body)))
+    return found
+
+
+def by_initial() -> dict[str, list[Concept]]:
+    """The concepts A to Z, grouped by the first letter of their sort key."""
+    grouped: dict[str, list[Concept]] = {}
+    for concept in sorted(CONCEPTS, key=lambda c: c.key):
+        grouped.setdefault(concept.key[0].upper(), []).append(concept)
+    return grouped

@@ -1,0 +1,164 @@
+"""The landing page says what the book teaches, for whom and how to use it before how
+its claims are checked, and lists every chapter with a line on what it teaches; every
+page carries the logo, the title "PyTorch memo" and a favicon that exists; the concepts
+have an index, and the site has no general index of helpers' names."""
+
+from __future__ import annotations
+
+import time
+from html.parser import HTMLParser
+
+from playwright.sync_api import Browser, Page
+
+import memobook
+from memobook.concepts import CONCEPTS
+from tests.site.conftest import DESKTOP, HTML, SERVED
+
+TITLE = "PyTorch memo"
+
+
+def _plain(text: str) -> str:
+    """Text as the page reads: no backticks, quotes straight (the site curls them)."""
+    text = text.replace("`", "").replace("\u2019", "'").replace("\u201c", '"')
+    return " ".join(text.replace("\u201d", '"').split())
+
+
+def test_the_landing_page_says_what_and_for_whom_before_how_claims_are_checked(
+    page: Page, site_url: str
+) -> None:
+    page.goto(f"{site_url}/book/intro.html")
+    assert page.locator("article h1").first.inner_text().strip() == TITLE
+    lead = page.locator("article section > p").first.inner_text()
+    assert "people who write PyTorch" in lead, lead
+    headings = [h.strip() for h in page.locator("article h2").all_inner_texts()]
+    order = ["How to use it", "Chapters", "How the claims are checked"]
+    found = [next((i for i, h in enumerate(headings) if h.startswith(o)), -1) for o in order]
+    assert -1 not in found, headings
+    assert found == sorted(found), headings
+    # How to use it: read a chapter, look up an error, check the memo (and the index).
+    use = page.locator("article section", has=page.locator("h2", has_text="How to use it"))
+    hrefs = use.first.locator("a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+    for target in ("errors.html", "changes.html", "memo.html", "concepts.html"):
+        assert target in hrefs, f"How to use it does not link {target}: {hrefs}"
+
+
+def test_the_landing_page_lists_every_chapter_with_what_it_teaches(
+    page: Page, site_url: str
+) -> None:
+    page.goto(f"{site_url}/book/intro.html")
+    items = page.locator("article ol.memo-chapters > li")
+    chapters = memobook.chapters()
+    assert items.count() == len(chapters)
+    parts = [p.strip() for p in page.locator("article p.memo-part").all_inner_texts()]
+    assert parts == list(dict.fromkeys(c.part for c in chapters))
+    for i, chapter in enumerate(chapters):
+        item = items.nth(i)
+        assert chapter.description, f"{chapter.path.name} has no description"
+        text = _plain(item.inner_text())
+        assert chapter.title in text, text
+        assert _plain(chapter.description) in text, text
+        href = item.locator("a").first.get_attribute("href") or ""
+        assert href.split("#")[0] == f"{chapter.name}.html", href
+        # numbered through the book, as in the menu
+        assert (
+            item.evaluate(
+                "li => li.parentElement.start + [...li.parentElement.children].indexOf(li)"
+            )
+            == i + 1
+        )
+
+
+def test_the_landing_page_shows_a_figure_from_a_chapter(page: Page, site_url: str) -> None:
+    page.goto(f"{site_url}/book/intro.html")
+    figure = page.locator("article div.memo-landing-figure")
+    assert figure.count() == 1
+    image = figure.locator("img")
+    image.scroll_into_view_if_needed()
+    assert image.evaluate("img => img.complete && img.naturalWidth > 0")
+    alt = image.get_attribute("alt") or ""
+    assert len(alt) > 20, alt
+    assert ".png" not in alt, alt
+    link = figure.locator("p.memo-landing-caption a")
+    chapter = next(c for c in memobook.chapters() if c.title in link.inner_text())
+    assert (link.get_attribute("href") or "").startswith(f"{chapter.name}.html#")
+
+
+def test_the_logo_and_the_title_are_on_every_kind_of_page(page: Page, site_url: str) -> None:
+    for name in ("book/intro.html", "book/views.html", "book/concepts.html", "search.html"):
+        page.goto(f"{site_url}/{name}")
+        assert page.title().endswith(TITLE), f"{name}: {page.title()!r}"
+        logo = page.locator(".bd-sidebar-primary .navbar-brand img").first
+        assert logo.evaluate("img => img.complete && img.naturalWidth > 0"), name
+        assert TITLE in page.locator(".bd-sidebar-primary .navbar-brand").first.inner_text()
+
+
+class _Icons(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.icons: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "link" and "icon" in (values.get("rel") or "").split():
+            self.icons.append(str(values.get("href")))
+
+
+def test_every_page_declares_a_favicon() -> None:
+    """A page without one makes the browser ask for /favicon.ico, which the site lacks
+    (test_links checks that the declared file exists)."""
+    pages = [p for p in HTML.rglob("*.html") if "_static" not in p.parts]
+    missing = []
+    for path in pages:
+        parser = _Icons()
+        parser.feed(path.read_text(encoding="utf-8"))
+        if not parser.icons:
+            missing.append(str(path.relative_to(HTML)))
+    assert not missing, f"pages without a favicon: {missing}"
+
+
+def test_a_fresh_browser_finds_every_file_it_asks_for(browser: Browser, site_url: str) -> None:
+    """Everything the browser fetches on its own, the favicon included, exists."""
+    context = browser.new_context(viewport=DESKTOP)
+    tab = context.new_page()
+    start = len(SERVED)
+    for name in ("book/intro.html", "book/views.html"):
+        tab.goto(f"{site_url}/{name}")
+        tab.wait_for_load_state("load")
+    deadline = time.monotonic() + 5
+    icon = memobook.config()["html"]["favicon"].rsplit("/", 1)[-1]
+    while time.monotonic() < deadline and not any(
+        "favicon" in path or path.endswith(icon) for path, _ in SERVED[start:]
+    ):
+        time.sleep(0.1)
+    context.close()
+    asked = SERVED[start:]
+    assert any("favicon" in p or p.endswith(icon) for p, _ in asked), "no favicon was fetched"
+    missing = [f"{path} ({status})" for path, status in asked if status >= 400]
+    assert not missing, f"the site lacks what the browser asked for: {missing}"
+
+
+def test_the_index_of_concepts_links_each_term_to_the_section_explaining_it(
+    page: Page, site_url: str
+) -> None:
+    page.goto(f"{site_url}/book/concepts.html")
+    links = page.locator("article ul.memo-concepts a.memo-concept-link")
+    assert links.count() == len(CONCEPTS)
+    hrefs = set(links.evaluate_all("els => els.map(e => e.getAttribute('href'))"))
+    assert hrefs == {f"{c.chapter}.html#{c.anchor}" for c in CONCEPTS}
+    # A few, followed: each lands on a section that uses the term.
+    for concept in (CONCEPTS[0], CONCEPTS[len(CONCEPTS) // 2], CONCEPTS[-1]):
+        page.goto(f"{site_url}/book/{concept.chapter}.html#{concept.anchor}")
+        section = page.locator(f"section#{concept.anchor}")
+        assert section.evaluate(
+            "s => { const b = s.getBoundingClientRect(); return b.top < innerHeight && b.bottom > 0 }"
+        )
+        word = (concept.used_as or concept.term).replace("`", "").lower()
+        assert word in (section.text_content() or "").lower(), concept
+
+
+def test_the_site_has_no_general_index_of_helper_names() -> None:
+    """The general index listed the helpers' names (the API reference lists them) and no
+    concept; the index of concepts replaces it."""
+    assert not (HTML / "genindex.html").exists()
+    assert not (HTML / "py-modindex.html").exists()
+    assert (HTML / "book" / "concepts.html").exists()
