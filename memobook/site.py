@@ -14,6 +14,8 @@
   of concepts (:mod:`memobook.concepts`).
 - Figures: alt text that says what each shows (:mod:`memobook.figures`), and a link to
   the full-size image (a phone shows it scaled to the column).
+- Search that finds the section (:mod:`memobook.search`): a Pagefind index of every
+  section, written after the HTML.
 - Small fixes: repeated <script> tags removed; figures kept legible in dark mode.
 """
 
@@ -32,6 +34,7 @@ from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
 import memobook
+from memobook import search
 from memobook.claims import anchor, cell_claims, chapter_claims
 from memobook.record import (
     MATRIX,
@@ -854,6 +857,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("build-finished", _write_root_page, priority=900)  # after the toc's own
     app.add_css_file("memo.css")
     app.add_js_file("memo.js")
+    search.setup(app)  # the section search: its index after the build, its script
     # Before Sphinx's collectors (priority 500) read the page's sections, so the helpers
     # section is numbered in order and listed in the page's contents.
     app.connect("doctree-read", _add_helper_links, priority=400)
