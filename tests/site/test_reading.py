@@ -1,4 +1,4 @@
-"""Reading comfort in a real browser: search, dark mode, copy buttons, cross-links,
+"""Reading comfort in a real browser: dark mode, copy buttons, cross-links,
 the generated status and API pages, and links from chapters to the helpers they use."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import Page
 
 import memobook
@@ -17,16 +16,6 @@ from memobook.site import module_users
 from tests.site.conftest import chapter_pages
 
 CHAPTERS = chapter_pages()
-
-
-@pytest.mark.parametrize(
-    ("term", "chapter"), [("channels_last", "creation"), ("register_buffer", "buffers")]
-)
-def test_search_finds_the_chapter(page: Page, site_url: str, term: str, chapter: str) -> None:
-    page.goto(f"{site_url}/search.html?q={term}")
-    page.wait_for_selector("ul.search li a", timeout=15_000)
-    hits = page.eval_on_selector_all("ul.search li a", "els => els.map(e => e.href)")
-    assert any(f"/book/{chapter}.html" in hit for hit in hits), hits
 
 
 def test_code_cells_have_copy_buttons(chapter_page: tuple[Path, Page]) -> None:
