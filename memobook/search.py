@@ -277,11 +277,11 @@ class _Index:
         return page_records(doctree, uri=uri, page=title, chapter=docname in self.chapters)
 
     def collect(self, app: Any, doctree: nodes.document, docname: str) -> None:
-        if app.builder.format == "html":
+        if app.builder.name == "html":  # the site; not the single page the PDF prints
             self.pages[docname] = self.page(app, doctree, docname)
 
     def write(self, app: Any, exception: BaseException | None) -> None:
-        if exception is not None or app.builder.format != "html":
+        if exception is not None or app.builder.name != "html":
             return
         from sphinx.util import logging
 

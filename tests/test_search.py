@@ -23,8 +23,8 @@ def _section(ids: str, title: str, *children: nodes.Node) -> nodes.section:
     return section
 
 
-def _cell(source: str, output: str = "", **attributes: object) -> nodes.container:
-    cell = nodes.container(nb_element="cell_code", classes=["cell"], **attributes)
+def _cell(source: str, output: str = "") -> nodes.container:
+    cell = nodes.container(nb_element="cell_code", classes=["cell"])
     code = nodes.container(nb_element="cell_code_source")
     code += nodes.literal_block(text=source)
     cell += code
