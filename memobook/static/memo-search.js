@@ -1,10 +1,10 @@
 /* Search that finds the section (the index: memobook/search.py, one record per section).
 
    On the search page (search.html?q=...), Pagefind's index replaces the theme's search:
-   each word of the question is searched alone and the scores are summed, so a section
-   that holds most of the words comes first even when it lacks one ("why", "safely"); the
-   question is also searched as a phrase, so a pasted error message finds where it is
-   printed. Each result is a section: its title, its page, an excerpt with the words
+   each word of the question is searched alone and the sections that hold most of the
+   words, rare ones counting more, come first, even when they lack one (Pagefind alone
+   wants every word in one record); the question is also searched as a phrase, so a
+   pasted error message finds where it is printed. Each result is a section: its title, its page, an excerpt with the words
    marked, and a link to the section's anchor that carries the words (?highlight=).
    Where Pagefind cannot load (a page opened from disk, file://, where browsers refuse
    its module), the theme's own search runs as before.
@@ -54,7 +54,9 @@
     return [...new Set([...found, ...found.flatMap((p) => p.split("_"))])].filter((p) => p);
   }
 
-  /** A form that matches the searched `word`: both share a stem of at least 3 letters. */
+  /** Whether `form`, a word of a section, is a form of the searched `word` (Pagefind
+      matched it by its stem or as a prefix): their first letters agree, all but the last
+      3 of the shorter, at least 3. */
   function sameStem(form, word) {
     const a = form.toLowerCase();
     const b = word.toLowerCase();
@@ -170,8 +172,8 @@
   function forms(data, locations, terms) {
     const { all, start, end } = body(data);
     const found = new Set();
-    const wanted = terms.flatMap((t) => [t, ...(ALIASES[t] || [])]).flatMap(parts);
-    const matches = (form) => wanted.some((w) => sameStem(form, w));
+    const sought = terms.flatMap((t) => [t, ...(ALIASES[t] || [])]).flatMap(parts);
+    const matches = (form) => sought.some((w) => sameStem(form, w));
     for (const l of locations.filter((m) => m >= start && m < end)) {
       for (const run of (all[l] || "").match(/[\p{L}\p{N}_]+/gu) || []) {
         const hits = matches(run) ? [run] : run.split("_").filter((half) => half && matches(half));
