@@ -220,6 +220,38 @@
     container.dataset.query = query;
   }
 
+  /** The search page's own box searches in place, as you type (and on Enter), and keeps
+      the address (?q=) in step, so the results can be shared and reloaded. */
+  function liveSearch(pagefind, container) {
+    const form = document.querySelector(".bd-search-container form.bd-search");
+    const input = form && form.querySelector("input[name=q]");
+    if (!input) return;
+    let latest = 0;
+    let timer = null;
+    const run = async () => {
+      const query = input.value.trim();
+      const ticket = ++latest;
+      const outcome = query ? await searchSections(pagefind, query) : null;
+      if (ticket !== latest) return; // a later search has started
+      if (outcome) {
+        render(container, query, outcome);
+      } else {
+        container.replaceChildren();
+        delete container.dataset.query;
+      }
+      history.replaceState(null, "", query ? `?q=${encodeURIComponent(query)}` : location.pathname);
+    };
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      clearTimeout(timer);
+      run();
+    });
+    input.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(run, 300);
+    });
+  }
+
   function onSearchPage() {
     const query = new URLSearchParams(location.search).get("q");
     const results = document.getElementById("search-results");
@@ -235,6 +267,7 @@
     loadPagefind().then(async (pagefind) => {
       // For the site's tests: the search itself, and the abbreviations it expands.
       window.memoSearch = { search: (q, limit) => searchSections(pagefind, q, limit), aliases: ALIASES };
+      liveSearch(pagefind, container);
       if (!query) return;
       render(container, query, await searchSections(pagefind, query));
     }).catch((error) => {
