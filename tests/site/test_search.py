@@ -225,9 +225,9 @@ def search_tab(desktop: BrowserContext) -> Iterator[Page]:
     ("question", "chapter", "sections"), QUESTIONS, ids=[q[0] for q in QUESTIONS]
 )
 def test_a_question_finds_the_section_and_opens_it_marked(
-    page: Page, site_url: str, question: str, chapter: str, sections: set[str]
+    search_tab: Page, page: Page, site_url: str, question: str, chapter: str, sections: set[str]
 ) -> None:
-    results = search(page, site_url, question)
+    results = search(search_tab, site_url, question)
     first = results[:3]
     assert first, f"no result for {question!r}"
     hit = next((r for r in first if r.page == chapter and r.anchor in sections), None)
@@ -238,7 +238,7 @@ def test_a_question_finds_the_section_and_opens_it_marked(
         assert not NAVIGATION.search(result.excerpt), f"navigation in {result.excerpt!r}"
     words = parse_qs(urlsplit(hit.href).query).get("highlight", [""])[0].split()
     assert words, f"{hit.href} carries no words to mark"
-    aliases = page.evaluate("() => window.memoSearch.aliases")  # bf16: bfloat16, ...
+    aliases = search_tab.evaluate("() => window.memoSearch.aliases")  # bf16: bfloat16, ...
 
     page.goto(hit.href)
     page.wait_for_load_state("load")
