@@ -1,7 +1,8 @@
 """Every rendering of the result tables, compared exactly with tests/golden/.
 
-The four result types (``describe``, ``inventory``, ``explain_gather``,
-``explain_broadcast``) print as text and render as HTML in Jupyter; the chapters store
+The result types (``describe``, ``inventory``, ``explain_gather``,
+``explain_broadcast``, ``layer_shapes``, ``unregistered``) print as text and render as
+HTML in Jupyter; the chapters store
 both. Each case below has ``<case>.txt`` (``str``, which is also ``repr``) and
 ``<case>.html`` (``_repr_html_``) in tests/golden/. A changed rendering shows as a diff;
 ``pytest tests/test_table.py --update-golden`` rewrites the files from the current code
@@ -22,9 +23,11 @@ from pytorch_memo._table import html_table, named_arguments, shape_text, text_ta
 from pytorch_memo.broadcasting import explain_broadcast
 from pytorch_memo.indexing import explain_gather
 from pytorch_memo.modules import inventory
+from pytorch_memo.submodules import LayerShapeError, layer_shapes, unregistered
 from pytorch_memo.tensors import describe
 from tests.conftest import UPDATE_GOLDEN, golden_rewritten
 from tests.test_modules import Tied, WithHidden
+from tests.test_submodules import Holder
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -41,6 +44,23 @@ def _describe_kinds() -> Any:
         torch.ones(0, 4, dtype=torch.bool),
         torch.zeros(2, dtype=torch.complex64).expand(3, 2),
         meta=torch.empty(2, 2, device="meta"),
+    )
+
+
+def _shapes_raised() -> Any:
+    try:
+        layer_shapes(nn.Sequential(nn.Flatten(), nn.Linear(100, 2)), (4, 3, 8, 8))
+    except LayerShapeError as error:
+        return error.table
+    raise AssertionError("layer_shapes did not raise")
+
+
+def _unregistered_nested() -> Any:
+    return unregistered(
+        Holder(
+            blocks=[nn.Linear(2, 2), (nn.ReLU(), nn.Parameter(torch.ones(3)))],
+            heads={"<b>&": nn.Linear(2, 1)},
+        )
     )
 
 
@@ -65,6 +85,15 @@ CASES: dict[str, Callable[[], Any]] = {
     "inventory-sequential": lambda: inventory(
         nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3).double(), nn.Linear(3, 1, bias=False))
     ),
+    # layer_shapes (submodules.ShapeTable)
+    "shapes-docstring": lambda: layer_shapes(
+        nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 6 * 6, 2)), (4, 3, 8, 8)
+    ),
+    "shapes-raised": _shapes_raised,
+    "shapes-tuple-output": lambda: layer_shapes(nn.LSTM(3, 4), (5, 2, 3)),
+    # unregistered (submodules.HiddenTable)
+    "unregistered-nested": _unregistered_nested,
+    "unregistered-empty": lambda: unregistered(nn.Linear(2, 2)),
     # explain_gather (indexing.GatherExplanation)
     "gather-docstring": lambda: explain_gather(
         torch.tensor([[1, 2], [3, 4]]), 1, torch.tensor([[1], [0]])

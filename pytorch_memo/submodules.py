@@ -1,0 +1,382 @@
+"""What a model's submodules do with shapes, and which of them torch cannot see.
+
+Used by the chapter *Modules: what an nn.Module is made of*:
+
+- :func:`layer_shapes` runs a model on the ``meta`` device (shapes, no data, no memory)
+  and lists the input and output shapes of every registered module it calls; when a
+  layer refuses its input, the error names that layer.
+- :func:`unregistered` finds modules and parameters a model keeps in plain Python
+  containers (a ``list``, a ``dict``), which ``parameters()``, ``state_dict()``, ``.to()``
+  and ``train()``/``eval()`` never reach.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from pytorch_memo._checks import INT64_MAX, check_ints, check_type
+from pytorch_memo._table import NamedRows, ResultTable, shape_text
+from pytorch_memo.modules import _check_materialised
+
+__all__ = [
+    "HiddenItem",
+    "HiddenTable",
+    "LayerShape",
+    "LayerShapeError",
+    "ShapeTable",
+    "layer_shapes",
+    "unregistered",
+]
+
+MODEL = "(model)"
+"""How the tables name the model itself (``named_modules()`` names it ``""``)."""
+
+Shapes = tuple[tuple[int, ...], ...]
+
+
+# ------------------------------------------------------------------------ layer_shapes
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One call of a module during :func:`layer_shapes`: a row of :class:`ShapeTable`.
+
+    Attributes:
+        name: the module's name as ``named_modules()`` gives it (``features.0``); ``""``
+            for the model itself, shown as ``(model)``.
+        type: the module's class name (``Conv2d``).
+        inputs: the shapes of the tensors it was called with, positional then keyword
+            arguments, found inside tuples, lists and dicts too.
+        outputs: the shapes of the tensors it returned, found the same way; ``None`` if
+            the call raised.
+        parameters: how many scalars ``module.parameters()`` holds (its submodules'
+            included, shared tensors once).
+    """
+
+    name: str
+    type: str
+    inputs: Shapes
+    outputs: Shapes | None
+    parameters: int
+
+    def cells(self) -> tuple[str, ...]:
+        """The row as display strings, in the order of the table's columns."""
+        return (
+            self.name or MODEL,
+            self.type,
+            _shapes_text(self.inputs),
+            "(raised)" if self.outputs is None else _shapes_text(self.outputs),
+            str(self.parameters),
+        )
+
+
+@dataclass(frozen=True, repr=False)
+class ShapeTable(NamedRows[LayerShape], ResultTable):
+    """Rows of :class:`LayerShape` in call order, shown as a text table or, in Jupyter, HTML.
+
+    A module called twice has two rows; ``table[name]`` gives the first.
+    """
+
+    rows: tuple[LayerShape, ...]
+    _css_class = "memo-describe"
+
+    def _headers(self) -> tuple[str, ...]:
+        return ("layer", "type", "input shapes", "output shapes", "parameters")
+
+    def _cells(self) -> list[tuple[str, ...]]:
+        return [row.cells() for row in self.rows]
+
+
+class LayerShapeError(RuntimeError):
+    """A layer refused the shapes that reached it during :func:`layer_shapes`.
+
+    Attributes:
+        layer: the name of the innermost module that was running when the error came
+            (``""`` for the model itself).
+        inputs: the shapes that module was called with.
+        table: the calls up to the failure; the failing ones have ``outputs`` ``None``.
+    """
+
+    def __init__(self, layer: LayerShape, table: ShapeTable, error: Exception) -> None:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        where = f"layer {layer.name!r}" if layer.name else "the model"
+        super().__init__(
+            f"{where} ({layer.type}) raised on input shapes {_shapes_text(layer.inputs)}: "
+            f"{type(error).__name__}: {first}"
+        )
+        self.layer = layer.name
+        self.inputs = layer.inputs
+        self.table = table
+
+
+def _shapes_text(shapes: Shapes) -> str:
+    return ", ".join(shape_text(s) for s in shapes) or "-"
+
+
+def _tensor_shapes(value: Any, seen: set[int] | None = None) -> Iterator[tuple[int, ...]]:
+    """The shapes of the tensors in ``value``, looking inside tuples, lists and dicts."""
+    seen = set() if seen is None else seen
+    if isinstance(value, torch.Tensor):
+        yield tuple(value.shape)
+        return
+    if id(value) in seen:
+        return
+    if isinstance(value, Mapping):
+        seen.add(id(value))
+        for item in value.values():
+            yield from _tensor_shapes(item, seen)
+    elif isinstance(value, tuple | list):
+        seen.add(id(value))
+        for item in value:
+            yield from _tensor_shapes(item, seen)
+
+
+def _meta_input(index: int, value: Any, dtype: torch.dtype) -> torch.Tensor:
+    name = f"inputs[{index}]"
+    if isinstance(value, torch.Tensor):
+        return torch.empty_like(value, device="meta")
+    shape = check_ints(
+        name,
+        value,
+        minimum=0,
+        maximum=INT64_MAX,
+        spelled="a shape (a sequence of ints) or a tensor",
+    )
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def layer_shapes(
+    model: nn.Module, *inputs: Sequence[int] | torch.Tensor, dtype: torch.dtype = torch.float32
+) -> ShapeTable:
+    """Run ``model`` on the ``meta`` device and list the shapes each module takes and gives.
+
+    Nothing is computed and nothing is allocated: the model's parameters and buffers
+    are replaced, for this one call, by ``meta`` tensors of the same shape and dtype
+    (``torch.func.functional_call``), and the inputs are ``meta`` tensors. The model
+    itself is left as it was: its values, its device, its buffers (a BatchNorm's running
+    statistics are not updated). Forward hooks on every registered module record each
+    call; a module that is not registered (see :func:`unregistered`) has no row.
+
+    Args:
+        model: the model; in training or evaluation mode, as it will run.
+        inputs: one per positional argument of ``model``'s ``forward``: a shape such as
+            ``(4, 3, 32, 32)`` (a tensor of ``dtype`` is made), or a tensor, whose shape
+            and dtype are used (its values are not).
+        dtype: the dtype of the inputs given as shapes (``torch.long`` for token ids).
+
+    Returns:
+        A :class:`ShapeTable`, one row per module call in call order, the model first.
+
+    Raises:
+        TypeError: ``model`` is not a module, an input is neither a shape nor a tensor,
+            or ``dtype`` is not a ``torch.dtype``.
+        ValueError: a size is negative, or ``model`` holds parameters not materialised
+            yet (a lazy module before its first call).
+        LayerShapeError: a module raised; the error names the innermost module running
+            at the time and the shapes it was called with, and holds the rows so far.
+
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 6 * 6, 2))
+        >>> print(layer_shapes(model, (4, 3, 8, 8)))
+        layer    type        input shapes  output shapes  parameters
+        (model)  Sequential  (4, 3, 8, 8)  (4, 2)         802
+        0        Conv2d      (4, 3, 8, 8)  (4, 8, 6, 6)   224
+        1        Flatten     (4, 8, 6, 6)  (4, 288)       0
+        2        Linear      (4, 288)      (4, 2)         578
+        >>> layer_shapes(nn.Sequential(nn.Flatten(), nn.Linear(100, 2)), (4, 3, 8, 8))
+        Traceback (most recent call last):
+        ...
+        pytorch_memo.submodules.LayerShapeError: layer '1' (Linear) raised on input shapes (4, 192): RuntimeError: a and b must have same reduction dim, but got [4, 192] X [100, 2].
+    """
+    check_type("model", model, nn.Module, "a torch.nn.Module")
+    check_type("dtype", dtype, torch.dtype, "a torch.dtype")
+    _check_materialised("model", model)
+    args = tuple(_meta_input(i, value, dtype) for i, value in enumerate(inputs))
+
+    names = {id(m): n for n, m in model.named_modules()}
+    counts = {id(m): sum(p.numel() for p in m.parameters()) for m in model.modules()}
+    rows: list[LayerShape] = []
+    running: list[int] = []  # indices into rows of the calls not finished yet
+
+    def before(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        shapes = (*_tensor_shapes(args), *_tensor_shapes(kwargs))
+        key = id(module)
+        rows.append(LayerShape(names[key], type(module).__name__, shapes, None, counts[key]))
+        running.append(len(rows) - 1)
+
+    def after(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        index = running.pop()
+        row = rows[index]
+        rows[index] = LayerShape(
+            row.name, row.type, row.inputs, tuple(_tensor_shapes(output)), row.parameters
+        )
+
+    # Each tensor once, under all its names: tied weights stay tied.
+    meta: dict[int, torch.Tensor] = {}
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in (
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ):
+        if id(tensor) not in meta:
+            meta[id(tensor)] = torch.empty_like(tensor, device="meta")
+        state[name] = meta[id(tensor)]
+
+    handles = []
+    try:
+        for module in model.modules():
+            handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+            handles.append(module.register_forward_hook(after, with_kwargs=True))
+        functional_call(model, state, args)
+    except Exception as error:
+        if not running:
+            raise
+        raise LayerShapeError(rows[running[-1]], ShapeTable(tuple(rows)), error) from error
+    finally:
+        for handle in handles:
+            handle.remove()
+    return ShapeTable(tuple(rows))
+
+
+# ------------------------------------------------------------------------ unregistered
+
+
+@dataclass(frozen=True)
+class HiddenItem:
+    """A module or parameter kept where torch does not look: a row of :class:`HiddenTable`.
+
+    Attributes:
+        name: where it is: the attribute's dotted path and its place in the container,
+            ``blocks[0]``, ``heads['price']``, ``encoder.extra[1][0]``; an item of a set
+            is ``name{i}``, its place in iteration order.
+        kind: ``"module"`` or ``"parameter"``.
+        type: its class name (``Linear``, ``Parameter``).
+        parameters: how many of its scalars torch does not see: for a module, those of
+            its parameters that are not registered elsewhere in the model.
+    """
+
+    name: str
+    kind: Literal["module", "parameter"]
+    type: str
+    parameters: int
+
+    def cells(self) -> tuple[str, ...]:
+        """The row as display strings, in the order of the table's columns."""
+        return (self.name, self.kind, self.type, str(self.parameters))
+
+
+@dataclass(frozen=True, repr=False)
+class HiddenTable(NamedRows[HiddenItem], ResultTable):
+    """Rows of :class:`HiddenItem`, shown as a text table or, in Jupyter, HTML."""
+
+    rows: tuple[HiddenItem, ...]
+    _css_class = "memo-describe"
+
+    def _headers(self) -> tuple[str, ...]:
+        return ("where", "kind", "type", "parameters not seen")
+
+    def _cells(self) -> list[tuple[str, ...]]:
+        return [row.cells() for row in self.rows]
+
+    def _note(self) -> tuple[str, str]:
+        if self.rows:
+            return "", ""
+        text = "nothing hidden: every module and parameter found is registered"
+        return text, f"<p>{text}</p>"
+
+
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def _bare_module_attributes() -> frozenset[str]:
+    """The attributes every ``nn.Module`` has (its registries, hooks, ``training``)."""
+    return frozenset(vars(nn.Module()))
+
+
+def _contents(path: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """The items of a container with their paths: ``blocks[0]``, ``heads['a']``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{path}[{key!r}]", item
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield f"{path}[{index}]", item
+    else:
+        for index, item in enumerate(value):
+            yield f"{path}{{{index}}}", item
+
+
+def unregistered(model: nn.Module) -> HiddenTable:
+    """Find the modules and parameters ``model`` keeps in plain Python containers.
+
+    ``nn.Module`` registers a module or an ``nn.Parameter`` assigned to one of its
+    attributes; one inside a ``list``, ``tuple``, ``dict`` or ``set`` attribute is not
+    registered, and ``parameters()`` (so the optimizer), ``state_dict()``, ``.to()``,
+    ``train()``/``eval()`` and ``print(model)`` all skip it. This walks every registered
+    module's attributes and the containers in them (nested ones too) and lists what it
+    finds there that the model does not register anywhere. Keeping references to
+    registered layers in a plain list is harmless and not listed.
+
+    Args:
+        model: the model to inspect.
+
+    Returns:
+        A :class:`HiddenTable`, empty when nothing is hidden; it prints as a text table
+        (an HTML table in Jupyter).
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+        ValueError: ``model`` holds parameters not materialised yet (a lazy module
+            before its first call), whose size cannot be counted.
+
+    Example:
+        >>> from torch import nn
+        >>> class Blocks(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.blocks = [nn.Linear(4, 4), nn.Linear(4, 4)]  # not nn.ModuleList
+        >>> print(unregistered(Blocks()))
+        where      kind    type    parameters not seen
+        blocks[0]  module  Linear  20
+        blocks[1]  module  Linear  20
+    """
+    check_type("model", model, nn.Module, "a torch.nn.Module")
+    _check_materialised("model", model)
+    known_modules = {id(m) for m in model.modules()}
+    known_parameters = {id(p) for p in model.parameters()}
+    bare = _bare_module_attributes()
+    found: list[HiddenItem] = []
+    seen: set[int] = set()
+
+    def walk(path: str, value: Any) -> None:
+        if id(value) in seen:
+            return
+        if isinstance(value, nn.Module):
+            seen.add(id(value))
+            if id(value) not in known_modules:
+                hidden = {
+                    id(p): p.numel() for p in value.parameters() if id(p) not in known_parameters
+                }
+                found.append(HiddenItem(path, "module", type(value).__name__, sum(hidden.values())))
+        elif isinstance(value, nn.Parameter):
+            seen.add(id(value))
+            if id(value) not in known_parameters:
+                found.append(HiddenItem(path, "parameter", type(value).__name__, value.numel()))
+        elif isinstance(value, _CONTAINERS):
+            seen.add(id(value))
+            for item_path, item in _contents(path, value):
+                walk(item_path, item)
+
+    for prefix, module in model.named_modules():
+        dot = prefix + "." if prefix else ""
+        for attribute, value in vars(module).items():
+            if attribute not in bare:
+                walk(dot + attribute, value)
+    return HiddenTable(tuple(found))
