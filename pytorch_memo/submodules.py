@@ -1,6 +1,6 @@
 """What a model's submodules do with shapes, and which of them torch cannot see.
 
-Used by the chapter *Modules: what an nn.Module is made of*:
+Used by the chapter *Modules: what nn.Module is made of*:
 
 - :func:`layer_shapes` runs a model on the ``meta`` device (shapes, no data, no memory)
   and lists the input and output shapes of every registered module it calls; when a
