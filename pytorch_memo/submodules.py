@@ -158,10 +158,12 @@ def layer_shapes(
 
     Nothing is computed and nothing is allocated: the model's parameters and buffers
     are replaced, for this one call, by ``meta`` tensors of the same shape and dtype
-    (``torch.func.functional_call``), and the inputs are ``meta`` tensors. The model
-    itself is left as it was: its values, its device, its buffers (a BatchNorm's running
-    statistics are not updated). Forward hooks on every registered module record each
-    call; a module that is not registered (see :func:`unregistered`) has no row.
+    (``torch.func.functional_call``), and the inputs are ``meta`` tensors. The model's
+    registered parameters and buffers are left as they were: their values and devices
+    (a BatchNorm's running statistics are not updated). Whatever else ``forward`` changes
+    (a Python counter, a lazy layer kept in a plain list) is not protected. Forward
+    hooks on every registered module record each call; a module that is not registered
+    (see :func:`unregistered`) has no row.
 
     Args:
         model: the model; in training or evaluation mode, as it will run.
@@ -334,7 +336,7 @@ def unregistered(model: nn.Module) -> HiddenTable:
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
         ValueError: ``model`` holds parameters not materialised yet (a lazy module
-            before its first call), whose size cannot be counted.
+            before its first call), registered or hidden, whose size cannot be counted.
 
     Example:
         >>> from torch import nn
@@ -355,20 +357,30 @@ def unregistered(model: nn.Module) -> HiddenTable:
     found: list[HiddenItem] = []
     seen: set[int] = set()
 
+    def size(path: str, parameters: list[nn.Parameter]) -> int:
+        if any(nn.parameter.is_lazy(p) for p in parameters):
+            msg = (
+                f"model holds, at {path}, parameters not materialised yet (a lazy module such "
+                "as nn.LazyLinear gives them a shape at its first forward call); call model "
+                "once on an example input first"
+            )
+            raise ValueError(msg)
+        return sum(p.numel() for p in parameters)
+
     def walk(path: str, value: Any) -> None:
         if id(value) in seen:
             return
         if isinstance(value, nn.Module):
             seen.add(id(value))
             if id(value) not in known_modules:
-                hidden = {
-                    id(p): p.numel() for p in value.parameters() if id(p) not in known_parameters
-                }
-                found.append(HiddenItem(path, "module", type(value).__name__, sum(hidden.values())))
+                hidden = [p for p in value.parameters() if id(p) not in known_parameters]
+                found.append(HiddenItem(path, "module", type(value).__name__, size(path, hidden)))
         elif isinstance(value, nn.Parameter):
             seen.add(id(value))
             if id(value) not in known_parameters:
-                found.append(HiddenItem(path, "parameter", type(value).__name__, value.numel()))
+                found.append(
+                    HiddenItem(path, "parameter", type(value).__name__, size(path, [value]))
+                )
         elif isinstance(value, _CONTAINERS):
             seen.add(id(value))
             for item_path, item in _contents(path, value):

@@ -350,6 +350,15 @@ def test_unregistered_arguments() -> None:
         unregistered(lazy)
 
 
+def test_a_hidden_lazy_layer_is_refused_with_where_it_is() -> None:
+    model = Holder(blocks=[nn.Linear(2, 2), nn.LazyLinear(3)])
+    with pytest.raises(ValueError, match=r"model holds, at blocks\[1\], parameters not materi"):
+        unregistered(model)
+    model = Holder(extra=(nn.UninitializedParameter(),))
+    with pytest.raises(ValueError, match=r"at extra\[0\], parameters not materialised"):
+        unregistered(model)
+
+
 def test_an_empty_table_says_so() -> None:
     table = unregistered(nn.Linear(2, 2))
     assert isinstance(table, HiddenTable)
