@@ -103,16 +103,31 @@ class LayerShapeError(RuntimeError):
         table: the calls up to the failure; the failing ones have ``outputs`` ``None``.
     """
 
-    def __init__(self, layer: LayerShape, table: ShapeTable, error: Exception) -> None:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        where = f"layer {layer.name!r}" if layer.name else "the model"
-        super().__init__(
-            f"{where} ({layer.type}) raised on input shapes {_shapes_text(layer.inputs)}: "
-            f"{type(error).__name__}: {first}"
-        )
-        self.layer = layer.name
-        self.inputs = layer.inputs
+    def __init__(self, message: str, *, layer: str, inputs: Shapes, table: ShapeTable) -> None:
+        super().__init__(message)
+        self.layer = layer
+        self.inputs = inputs
         self.table = table
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with the attributes (a worker process can send it back)."""
+        return (_rebuild_error, (str(self), self.layer, self.inputs, self.table))
+
+
+def _rebuild_error(message: str, layer: str, inputs: Shapes, table: ShapeTable) -> LayerShapeError:
+    return LayerShapeError(message, layer=layer, inputs=inputs, table=table)
+
+
+def _refusal(row: LayerShape, table: ShapeTable, error: Exception) -> LayerShapeError:
+    """The error naming the module ``row`` that raised ``error``."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    where = f"layer {row.name!r}" if row.name else "the model"
+    message = (
+        f"{where} ({row.type}) raised on input shapes {_shapes_text(row.inputs)}: "
+        f"{type(error).__name__}: {first}"
+    )
+    return LayerShapeError(message, layer=row.name, inputs=row.inputs, table=table)
 
 
 def _shapes_text(shapes: Shapes) -> str:
@@ -240,7 +255,7 @@ def layer_shapes(
     except Exception as error:
         if not running:
             raise
-        raise LayerShapeError(rows[running[-1]], ShapeTable(tuple(rows)), error) from error
+        raise _refusal(rows[running[-1]], ShapeTable(tuple(rows)), error) from error
     finally:
         for handle in handles:
             handle.remove()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import pickle
 from typing import Any
 
 import pytest
@@ -187,6 +188,10 @@ def test_a_refusing_layer_is_named_and_the_model_left_alone() -> None:
         ("1", None),
         ("1.0", None),
     ]
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is LayerShapeError
+    assert str(again) == str(error)
+    assert (again.layer, again.inputs, again.table) == (error.layer, error.inputs, error.table)
     assert linear.weight is weight
     assert torch.equal(weight, values)
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
