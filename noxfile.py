@@ -164,9 +164,11 @@ def _chromium(session: nox.Session, needed_for: str) -> str:
 
 @nox.session
 def pdf(session: nox.Session) -> None:
-    """The whole book as one PDF, _build/html/pytorch-memo.pdf (printed by Chromium)."""
+    """The book as a PDF, _build/html/pytorch-memo.pdf, and each chapter's pages in
+    _build/html/pdf/: the site is built, then Chromium prints its chapter pages."""
     _chromium(session, "printing the PDF")
     _env(session)
+    _check(session, "book")
     session.run("python", "-m", "memobook.pdf")
 
 

@@ -769,6 +769,43 @@ def _add_helper_links(app: Sphinx, doctree: nodes.document) -> None:
     chapter += section
 
 
+def _pdf_download(
+    app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
+) -> None:
+    """The download menu's ".pdf" entry gives a file: on a chapter its pages of the
+    printed book (:func:`memobook.pdf.chapter_pdf`), on the root page the whole book;
+    other pages have no entry (sphinx-book-theme's opened the browser's print dialog)."""
+    from memobook import pdf
+
+    root = Path(app.srcdir)
+    chapters = {chapter.docname: chapter for chapter in memobook.chapters(root)}
+    if pagename in chapters:
+        chapter = chapters[pagename]
+        target: str | None = pdf.chapter_pdf(chapter.name)
+        tooltip = "This chapter's pages of the book (PDF)"
+    elif pagename == memobook.toc_entries(root)[0].docname:
+        target, tooltip = pdf.PDF_NAME, "The whole book (PDF)"
+    else:
+        target = None
+    for group in context.get("header_buttons", []):
+        buttons = group.get("buttons", [])
+        for index, button in enumerate(buttons):
+            if button.get("label") != "download-pdf-button":
+                continue
+            if target is None:
+                del buttons[index]
+            else:
+                buttons[index] = {
+                    "type": "link",
+                    "url": context["pathto"](target, 1),
+                    "text": ".pdf",
+                    "tooltip": tooltip,
+                    "icon": "fas fa-file-pdf",
+                    "label": "download-pdf-button",
+                }
+            break
+
+
 def _add_static(app: Sphinx) -> None:
     app.config.html_static_path.append(str(STATIC))
 
@@ -861,5 +898,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # Before Sphinx's collectors (priority 500) read the page's sections, so the helpers
     # section is numbered in order and listed in the page's contents.
     app.connect("doctree-read", _add_helper_links, priority=400)
+    app.connect("html-page-context", _pdf_download, priority=600)  # after the theme's buttons
     app.connect("html-page-context", _dedupe_scripts, priority=1000)  # after the others
     return {"parallel_read_safe": True, "parallel_write_safe": True}
