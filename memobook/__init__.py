@@ -316,6 +316,48 @@ def description_of(nb: dict[str, Any]) -> str:
     return str(nb.get("metadata", {}).get(DESCRIPTION_KEY, "")).strip()
 
 
+SUMMARY_TITLE = "Summary: what to do"
+"""The title of every chapter's last section: imperative lines a reader returns to."""
+
+
+def sections(nb: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(cell index, title)`` of each section (a ``## `` heading of a markdown cell), in
+    order; titles as written, backticks kept."""
+    return [
+        (index, line[3:].strip())
+        for index, cell in enumerate(nb["cells"])
+        if cell["cell_type"] == "markdown"
+        for line in source(cell).splitlines()
+        if line.startswith("## ")
+    ]
+
+
+def summary_points(nb: dict[str, Any]) -> list[str]:
+    """The points of the chapter's summary (its section titled :data:`SUMMARY_TITLE`):
+    every ``- `` item of its lists, as markdown, its continuation lines joined."""
+    start = next((index for index, title in sections(nb) if title == SUMMARY_TITLE), None)
+    if start is None:
+        return []
+    points: list[str] = []
+    current: list[str] | None = None
+    for cell in nb["cells"][start:]:
+        if cell["cell_type"] != "markdown":
+            current = None
+            continue
+        for line in source(cell).splitlines():
+            if line.startswith("- "):
+                current = [line[2:].strip()]
+                points.append("")
+            elif current is not None and line.startswith("  ") and line.strip():
+                current.append(line.strip())
+            else:
+                current = None
+                continue
+            points[-1] = " ".join(current)
+        current = None
+    return points
+
+
 def package_imports(nb: dict[str, Any]) -> list[str]:
     """``pytorch_memo.module.name`` for every name the notebook imports from the package,
     in order of first import (cells that are not Python, such as magics, import nothing)."""

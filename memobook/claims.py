@@ -130,6 +130,22 @@ def chapter_claims(chapter: memobook.Chapter) -> list[Claim]:
     ]
 
 
+def section_claims(chapter: memobook.Chapter) -> list[tuple[str, list[Claim]]]:
+    """A chapter's claims grouped by the section (``## `` heading) they are in, in order:
+    ``(section title, claims)``, sections without claims left out; claims before the
+    first section are under the chapter's title."""
+    starts = memobook.sections(chapter.load())
+    groups: list[tuple[str, list[Claim]]] = []
+    for claim in chapter_claims(chapter):
+        title = next(
+            (title for index, title in reversed(starts) if index <= claim.cell), chapter.title
+        )
+        if not groups or groups[-1][0] != title:
+            groups.append((title, []))
+        groups[-1][1].append(claim)
+    return groups
+
+
 def _code_without_comments(source: str) -> str:
     """The cell's code with its comments blanked out (strings keep their ``#``)."""
     import io

@@ -93,7 +93,7 @@ def _notebook(topic: str, title: str, builds_on: memobook.Chapter | None) -> nbf
     )
     memobook.fold_check(check)
     summary = nbformat.v4.new_markdown_cell(
-        "## Summary: what to do\n\n"
+        f"## {memobook.SUMMARY_TITLE}\n\n"
         "What a reader should remember, as imperative lines; each is checked above "
         "([the memo](memo.md) links every claim to its cell).\n\n"
         "- Count a tensor's elements with `numel()`.\n\n"

@@ -16,6 +16,10 @@
   the full-size image (a phone shows it scaled to the column).
 - Search that finds the section (:mod:`memobook.search`): a Pagefind index of every
   section, written after the HTML.
+- ``memo-claims``: the memo, a cheat sheet: per chapter its summary, then its claims by
+  section, each with a link to its proof and the releases it holds on, and a filter box.
+- The download menu's ".pdf" gives the chapter's pages of the printed book
+  (:mod:`memobook.pdf`).
 - Small fixes: repeated <script> tags removed; figures kept legible in dark mode.
 """
 
@@ -35,7 +39,7 @@ from sphinx.util.nodes import nested_parse_with_titles
 
 import memobook
 from memobook import search
-from memobook.claims import anchor, cell_claims, chapter_claims
+from memobook.claims import anchor, cell_claims
 from memobook.record import (
     MATRIX,
     GpuRun,
@@ -345,52 +349,86 @@ def _gpu_note(run: GpuRun | None) -> str:
     return f"GPU claim: checked with torch {run.torch} on {run.device} ({run.executed})"
 
 
+FILTER = (
+    '<div class="memo-filter"><label for="memo-filter">Filter</label>'
+    '<input id="memo-filter" type="search" autocomplete="off" spellcheck="false" '
+    'placeholder="e.g. reshape, seed, bf16">'
+    '<p class="memo-filter-count" aria-live="polite"></p></div>'
+)
+"""The memo's filter box; ``memo.js`` narrows the lists as the reader types."""
+
+
 class ClaimsDirective(SphinxDirective):
-    """The memo: every claim of the book, by chapter, each linked to the cell proving it."""
+    """The memo: per chapter, its summary (what to do), then every claim, grouped by
+    section, each with a link to the cell proving it and the releases it holds on."""
 
     def run(self) -> list[nodes.Node]:
+        from memobook.claims import section_claims
+
         matrix = MatrixRecord.read(Path(self.env.srcdir) / MATRIX.relative_to(memobook.ROOT))
         here = self.env.docname
         out: list[nodes.Node] = []
         total = 0
         for chapter in memobook.chapters(Path(self.env.srcdir)):
             self.env.note_dependency(str(chapter.path))
-            claims = chapter_claims(chapter)
             nb = chapter.load()
             record = read_record(nb, where=str(chapter.path))
-            section = nodes.section(ids=[f"memo-{chapter.name}"], names=[f"memo {chapter.name}"])
+            groups = section_claims(chapter)
+            count = sum(len(claims) for _, claims in groups)
+            section = nodes.section(
+                ids=[f"memo-{chapter.name}"],
+                names=[f"memo {chapter.name}"],
+                classes=["memo-chapter"],
+            )
             title = nodes.title()
             title += _doc_link(chapter.docname, chapter.title)
             section += title
             section += nodes.paragraph(
-                text=f"{len(claims)} claims. {_verified(record, matrix, chapter.name)}",
+                text=f"{count} claims. {_verified(record, matrix, chapter.name)}",
                 classes=["memo-verified"],
             )
-            items = nodes.bullet_list(classes=["memo-claims"])
-            relative = posixpath.relpath(chapter.docname, posixpath.dirname(here))
-            for claim in claims:
-                ref = nodes.reference(
-                    "", "", refuri=f"{relative}.html#{claim.anchor}", classes=["memo-claim-link"]
-                )
-                ref.extend(_inline(claim.text))
-                paragraph = nodes.paragraph()
-                paragraph += ref
-                digest = source_digest(memobook.source(nb["cells"][claim.cell]))
-                releases = claim_releases(matrix, chapter.name, claim.cell_id, digest)
-                paragraph += nodes.inline(text=f" ({releases})", classes=["memo-releases"])
-                if claim.gpu:
-                    mark = gpu_mark(nb["cells"][claim.cell])
-                    paragraph += nodes.inline(text=f" ({_gpu_note(mark)})", classes=["memo-gpu"])
-                item = nodes.list_item()
-                item += paragraph
-                items += item
-            section += items
+            section += self._summary(memobook.summary_points(nb))
+            for heading, claims in groups:
+                group = nodes.container(classes=["memo-group"])
+                group += nodes.paragraph("", "", *_inline(heading), classes=["memo-group-title"])
+                items = nodes.bullet_list(classes=["memo-claims"])
+                for claim in claims:
+                    digest = source_digest(memobook.source(nb["cells"][claim.cell]))
+                    releases = claim_releases(matrix, chapter.name, claim.cell_id, digest)
+                    paragraph = nodes.paragraph()
+                    paragraph += nodes.inline(
+                        "", "", *_inline(claim.text), classes=["memo-claim-text"]
+                    )
+                    paragraph += nodes.Text(" ")
+                    paragraph += _proof(chapter.docname, here, claim.cell_id)
+                    paragraph += nodes.inline(text=f" {releases}", classes=["memo-releases"])
+                    if claim.gpu:
+                        mark = gpu_mark(nb["cells"][claim.cell])
+                        paragraph += nodes.inline(
+                            text=f" ({_gpu_note(mark)})", classes=["memo-gpu"]
+                        )
+                    items += nodes.list_item("", paragraph, classes=["memo-claim"])
+                group += items
+                section += group
             out.append(section)
-            total += len(claims)
+            total += count
         summary = nodes.paragraph(
             text=f"{total} claims in {len(out)} chapters.", classes=["memo-total"]
         )
-        return [summary, *out]
+        return [nodes.raw("", FILTER, format="html"), summary, *out]
+
+    def _summary(self, points: list[str]) -> nodes.Node:
+        """The chapter's summary points (markdown), under "What to do"."""
+        box = nodes.container(classes=["memo-group", "memo-summary"])
+        box += nodes.paragraph(text="What to do", classes=["memo-group-title"])
+        parsed = nodes.container()
+        lines = [f"- {point}" for point in points]
+        self.state.nested_parse(StringList(lines, source="memo-summary"), 0, parsed)
+        for child in parsed.children:
+            if isinstance(child, nodes.bullet_list):
+                child["classes"].append("memo-summary-points")
+            box += child
+        return box
 
 
 class ChaptersDirective(SphinxDirective):

@@ -3,6 +3,7 @@ every chapter of the book."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -10,7 +11,13 @@ import pytest
 
 import memobook
 from memobook import claims as rules
-from memobook.claims import book_claims, cell_claims, chapter_claims, notebook_problems
+from memobook.claims import (
+    book_claims,
+    cell_claims,
+    chapter_claims,
+    notebook_problems,
+    section_claims,
+)
 from memobook.record import MatrixRecord, MatrixRun, Outcome
 
 
@@ -111,6 +118,42 @@ def test_the_book_makes_at_least_300_claims() -> None:
         per_chapter[claim.chapter] += 1
     short = {name: n for name, n in per_chapter.items() if n < 20}
     assert not short, f"chapters with fewer than 20 claims (a chapter is not finished): {short}"
+
+
+def test_claims_group_by_the_section_they_are_in(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    claim = "# Claim: `sum` of nothing is 0.\nassert torch.zeros(0).sum() == 0"
+    nb.cells = [
+        _markdown("# Sums\n\nWhat the chapter shows."),
+        _code(claim),
+        _markdown("## Empty sums\n\nProse."),
+        _code(claim),
+        _markdown("### A subsection\n\nStill the same section."),
+        _code(claim),
+        _markdown("## No claims here"),
+        _markdown("## `sum` of ones\n\nProse."),
+        _code(claim),
+    ]
+    path = tmp_path / "sums.ipynb"
+    nbformat.write(nb, path)
+    chapter = memobook.Chapter(path, "book/sums", "Tensors")
+    groups = [(title, [c.cell for c in claims]) for title, claims in section_claims(chapter)]
+    assert groups == [("Sums", [1]), ("Empty sums", [3, 5]), ("`sum` of ones", [8])]
+
+
+def test_every_chapter_has_summary_points() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _markdown("# T\n\n- not a summary point"),
+        _markdown(
+            f"## {memobook.SUMMARY_TITLE}\n\nIntro.\n\n- One `a`\n  continued.\n- Two.\n\nAfter."
+        ),
+        _code(GOOD),
+        _markdown("- Three."),
+    ]
+    assert memobook.summary_points(nb) == ["One `a` continued.", "Two.", "Three."]
+    for chapter in memobook.chapters():
+        assert memobook.summary_points(chapter.load()), f"{chapter.name}: no summary points"
 
 
 def test_claims_have_stable_unique_anchors() -> None:

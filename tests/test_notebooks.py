@@ -139,7 +139,7 @@ def test_toc_and_book_folder_agree() -> None:
     assert not missing, f"not in _toc.yml: {sorted(missing)}"
 
 
-SUMMARY = "## Summary: what to do"
+SUMMARY = f"## {memobook.SUMMARY_TITLE}"
 NOTES = re.compile(
     r"\b(?:the|a|one|another|some|these|those|our|source|personal)\s+notes?\b", re.IGNORECASE
 )

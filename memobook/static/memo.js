@@ -36,8 +36,47 @@ function memoSetUpSidebarToggles() {
   }
 }
 
-if (document.readyState === "loading") {
-  document.addEventListener("DOMContentLoaded", memoSetUpSidebarToggles);
-} else {
+/* The memo's filter box: as the reader types, only the claims and summary points that
+   hold every word typed stay (case ignored); a section, summary or chapter left empty
+   hides, and a line says how many claims match. */
+function memoSetUpFilter() {
+  const input = document.getElementById("memo-filter");
+  if (!input) {
+    return;
+  }
+  const count = document.querySelector(".memo-filter-count");
+  const items = Array.from(document.querySelectorAll("li.memo-claim, ul.memo-summary-points > li"));
+  const texts = items.map((item) => {
+    const claim = item.querySelector(".memo-claim-text");
+    return (claim || item).textContent.replace(/\s+/g, " ").toLowerCase();
+  });
+  const claims = document.querySelectorAll("li.memo-claim").length;
+  const update = () => {
+    const words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+    let shown = 0;
+    items.forEach((item, index) => {
+      const match = words.every((word) => texts[index].includes(word));
+      item.hidden = !match;
+      if (match && item.classList.contains("memo-claim")) {
+        shown += 1;
+      }
+    });
+    for (const box of document.querySelectorAll(".memo-group, section.memo-chapter")) {
+      box.hidden = !box.querySelector("li:not([hidden])");
+    }
+    count.textContent = words.length ? `${shown} of ${claims} claims match.` : "";
+  };
+  input.addEventListener("input", update);
+  update();
+}
+
+function memoSetUp() {
   memoSetUpSidebarToggles();
+  memoSetUpFilter();
+}
+
+if (document.readyState === "loading") {
+  document.addEventListener("DOMContentLoaded", memoSetUp);
+} else {
+  memoSetUp();
 }

@@ -1,30 +1,88 @@
-"""The memo page lists every claim of the book and each link lands on the cell that proves
-it; the whole-book PDF holds every chapter."""
+"""The memo page, the book as a cheat sheet: each chapter's summary first, then every
+claim grouped by section, in plain text with a link to the cell that proves it and the
+releases it holds on; a filter box narrows the lists as the reader types."""
 
 from __future__ import annotations
 
 import random
-import unicodedata
+import re
 
-import pypdfium2
 from playwright.sync_api import Page
 
 import memobook
-from memobook.claims import book_claims
-from tests.site.conftest import HTML
+from memobook.claims import book_claims, section_claims
+from memobook.record import MATRIX, MatrixRecord, source_digest
+from memobook.site import claim_releases
+
+QUOTES = str.maketrans(
+    {"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'", "\u2026": "..."}
+)
 
 
-def test_the_memo_lists_every_claim_by_chapter(page: Page, site_url: str) -> None:
+def _plain(markdown: str) -> str:
+    """Markdown as the page shows it, near enough: no backticks, no link targets, no
+    emphasis marks, straight quotes, spaces collapsed."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown).replace("`", "")
+    return _shown(text.replace("**", ""))
+
+
+def _shown(text: str) -> str:
+    """Text as a page shows it, compared loosely: straight quotes, spaces collapsed."""
+    return " ".join(text.translate(QUOTES).split())
+
+
+def test_the_memo_opens_each_chapter_with_its_summary(page: Page, site_url: str) -> None:
     page.goto(f"{site_url}/book/memo.html")
-    claims = book_claims()
-    links = page.locator("ul.memo-claims a.memo-claim-link")
-    assert links.count() == len(claims)
     for chapter in memobook.chapters():
         section = page.locator(f"section#memo-{chapter.name}")
-        expected = [c for c in claims if c.chapter == chapter.name]
-        assert section.locator("a.memo-claim-link").count() == len(expected), chapter.name
         assert chapter.title in section.locator("h2").inner_text()
         assert "Checked with torch" in section.locator("p.memo-verified").inner_text()
+        points = memobook.summary_points(chapter.load())
+        assert points, f"{chapter.name} has no summary points"
+        shown = section.locator("div.memo-summary ul.memo-summary-points > li")
+        assert shown.count() == len(points), chapter.name
+        for i, point in enumerate(points):
+            assert _shown(shown.nth(i).text_content() or "") == _plain(point)
+        # The summary comes first, before the claims.
+        first = section.locator("div.memo-group").first
+        assert "memo-summary" in (first.get_attribute("class") or ""), chapter.name
+
+
+_GROUPS = """() => [...document.querySelectorAll('section.memo-chapter')].map(section => ({
+    chapter: section.id,
+    groups: [...section.querySelectorAll('div.memo-group:not(.memo-summary)')].map(g => ({
+        title: g.querySelector('.memo-group-title').textContent,
+        claims: [...g.querySelectorAll('li.memo-claim')].map(li => ({
+            text: li.querySelector('.memo-claim-text').textContent,
+            linked: li.querySelector('.memo-claim-text').closest('a') !== null,
+            links: [...li.querySelectorAll('a')].map(a => a.getAttribute('href')),
+            releases: li.querySelector('.memo-releases').textContent.trim(),
+        })),
+    })),
+}))"""
+
+
+def test_the_memo_lists_every_claim_by_section_in_plain_text(page: Page, site_url: str) -> None:
+    page.goto(f"{site_url}/book/memo.html")
+    shown = {section["chapter"]: section["groups"] for section in page.evaluate(_GROUPS)}
+    assert list(shown) == [f"memo-{c.name}" for c in memobook.chapters()]
+    assert sum(len(g["claims"]) for gs in shown.values() for g in gs) == len(book_claims())
+    matrix = MatrixRecord.read(MATRIX)
+    for chapter in memobook.chapters():
+        groups = shown[f"memo-{chapter.name}"]
+        expected = section_claims(chapter)
+        assert [_shown(g["title"]) for g in groups] == [_plain(t) for t, _ in expected]
+        cells = chapter.load()["cells"]
+        for group, (title, claims) in zip(groups, expected, strict=True):
+            assert len(group["claims"]) == len(claims), f"{chapter.name}: {title}"
+            for item, claim in zip(group["claims"], claims, strict=True):
+                assert _shown(item["text"]) == _shown(claim.text.replace("`", ""))
+                assert not item["linked"], f"{claim.anchor}: the claim itself is a link"
+                # one link: to the cell that proves it
+                assert item["links"] == [f"{chapter.name}.html#{claim.anchor}"]
+                digest = source_digest(memobook.source(cells[claim.cell]))
+                releases = claim_releases(matrix, chapter.name, claim.cell_id, digest)
+                assert item["releases"] == releases, claim.anchor
 
 
 def test_memo_links_land_on_the_proving_cell(page: Page, site_url: str) -> None:
@@ -32,7 +90,7 @@ def test_memo_links_land_on_the_proving_cell(page: Page, site_url: str) -> None:
     sample = random.Random(0).sample(claims, min(12, len(claims)))
     page.goto(f"{site_url}/book/memo.html")
     for claim in sample:
-        link = page.locator(f"a.memo-claim-link[href$='#{claim.anchor}']").first
+        link = page.locator(f"a.memo-proof-link[href$='#{claim.anchor}']").first
         link.click()
         page.wait_for_url(f"**/{claim.chapter}.html#{claim.anchor}")
         cell = page.locator(f"#{claim.anchor}")
@@ -46,16 +104,38 @@ def test_memo_links_land_on_the_proving_cell(page: Page, site_url: str) -> None:
         page.go_back()
 
 
-def test_the_home_page_links_the_pdf_which_holds_every_chapter(page: Page, site_url: str) -> None:
-    page.goto(f"{site_url}/book/intro.html")
-    link = page.locator("article a", has_text="the whole book as one PDF")
-    assert link.get_attribute("href") == "../pytorch-memo.pdf"
-    document = pypdfium2.PdfDocument(HTML / "pytorch-memo.pdf")  # PDFium: Chromium's reader
-    try:
-        assert len(document) > 10 * len(memobook.chapters())
-        text = " ".join(document[i].get_textpage().get_text_range() for i in range(len(document)))
-    finally:
-        document.close()
-    flat = " ".join(unicodedata.normalize("NFKC", text).split())  # ligatures: "ﬀ" is "ff"
+WORD = "reshape"
+"""A word some claims hold and most do not."""
+
+
+def test_the_filter_narrows_the_list_as_you_type(page: Page, site_url: str) -> None:
+    claims = book_claims()
+    holding = [c for c in claims if WORD in c.text.replace("`", "").lower()]
+    assert 0 < len(holding) < len(claims) / 10, f"pick another word than {WORD!r}"
+    page.goto(f"{site_url}/book/memo.html")
+    box = page.locator("#memo-filter")
+    visible = page.locator("li.memo-claim:visible")
+    assert visible.count() == len(claims)
+    counts = []
+    for piece in (WORD[:2], WORD[2:4], WORD[4:]):  # as the reader types, the list narrows
+        box.press_sequentially(piece)
+        counts.append(visible.count())
+    assert box.input_value() == WORD
+    assert counts == sorted(counts, reverse=True)
+    assert counts[-1] < counts[0]
+    assert counts[-1] == len(holding)
+    shown = page.evaluate(
+        """() => [...document.querySelectorAll('li.memo-claim')].filter(li => li.offsetParent)
+            .map(li => li.querySelector('.memo-claim-text').textContent)"""
+    )
+    # every claim that holds the word stays, and only those
+    assert sorted(map(_shown, shown)) == sorted(_shown(c.text.replace("`", "")) for c in holding)
+    assert page.locator(".memo-filter-count").inner_text().startswith(f"{len(holding)} of ")
+    # Chapters with no match fold away; the others keep their title.
+    chapters = {c.chapter for c in holding}
     for chapter in memobook.chapters():
-        assert chapter.title in flat, f"{chapter.title} is not in the PDF"
+        shown = page.locator(f"section#memo-{chapter.name}").is_visible()
+        points = [p for p in memobook.summary_points(chapter.load()) if WORD in p.lower()]
+        assert shown == (chapter.name in chapters or bool(points)), chapter.name
+    box.fill("")
+    assert visible.count() == len(claims)
