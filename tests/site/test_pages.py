@@ -79,6 +79,8 @@ def test_what_changed_lists_every_deprecation_with_a_proof_that_lands(
     assert items.count() == len(expected)
     for index, entry in enumerate(expected):
         text = " ".join(items.nth(index).inner_text().split())
+        for curly, straight in (("\u2018", "'"), ("\u2019", "'"), ("\u201c", '"'), ("\u201d", '"')):
+            text = text.replace(curly, straight)  # Sphinx's smart quotes, in prose only
         assert f"Deprecated: {entry.old.replace('`', '')}" in text
         assert f"Use: {entry.new.replace('`', '')}" in text
         assert "Warning: " in text
