@@ -21,7 +21,7 @@ from playwright.sync_api import BrowserContext, Page
 
 import memobook
 from tests.site.conftest import HTML
-from tests.site.test_phone import OVERFLOW
+from tests.site.test_phone import OUTSIDE
 
 CHAPTERS = {c.docname: c for c in memobook.chapters()}
 
@@ -332,6 +332,6 @@ def test_from_disk_the_themes_search_still_answers(desktop: BrowserContext) -> N
 def test_results_fit_a_phone(phone_page: Page, site_url: str) -> None:
     results = search(phone_page, site_url, "DataLoader workers give the same random numbers")
     assert results
-    found = phone_page.evaluate(OVERFLOW)
+    found = phone_page.evaluate(OUTSIDE, phone_page.locator("body").element_handle())
     assert found["scroll"] <= found["width"], f"the results scroll sideways: {found}"
-    assert not found["wide"], f"wider than the screen: {found['wide']}"
+    assert not found["outside"], f"past the screen's edge: {found['outside']}"
