@@ -653,7 +653,6 @@ class ChangesDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from memobook.errors import (
             changes,
-            deprecation_warning_text,
             deprecation_when,
             deprecations,
             span_text,
@@ -707,7 +706,12 @@ class ChangesDirective(SphinxDirective):
                     use.extend(_inline(entry.new))
                     item += use
                 warned = nodes.paragraph(classes=["memo-releases"])
-                warned += nodes.Text(f"Warning: {deprecation_warning_text(entry)}. ")
+                kind = " or ".join(entry.categories) if entry.categories else "a warning"
+                warned += nodes.Text(f"Warning: {kind}")
+                for number, said in enumerate(entry.texts):  # verbatim: no smart quotes
+                    warned += nodes.Text(": " if number == 0 else "; ")
+                    warned += nodes.literal(text=said)
+                warned += nodes.Text(". ")
                 warned += nodes.Text(f"{deprecation_when(entry)}.")
                 item += warned
                 items += item
