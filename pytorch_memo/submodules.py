@@ -12,6 +12,7 @@ Used by the chapter *Modules: what nn.Module is made of*:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -155,6 +156,10 @@ def _tensor_shapes(value: Any, seen: set[int] | None = None) -> Iterator[tuple[i
 def _meta_input(index: int, value: Any, dtype: torch.dtype) -> torch.Tensor:
     name = f"inputs[{index}]"
     if isinstance(value, torch.Tensor):
+        if value.is_nested or value.layout != torch.strided:
+            kind = "nested" if value.is_nested else str(value.layout)
+            msg = f"{name} must be a dense (strided) tensor or a shape, got a {kind} tensor"
+            raise ValueError(msg)
         return torch.empty_like(value, device="meta")
     shape = check_ints(
         name,
@@ -163,6 +168,13 @@ def _meta_input(index: int, value: Any, dtype: torch.dtype) -> torch.Tensor:
         maximum=INT64_MAX,
         spelled="a shape (a sequence of ints) or a tensor",
     )
+    elements = math.prod(shape)
+    if elements * dtype.itemsize > INT64_MAX:  # torch cannot even describe its storage
+        msg = (
+            f"{name} must be a shape whose {dtype} tensor has fewer than 2**63 bytes, "
+            f"got {tuple(shape)} ({elements} elements)"
+        )
+        raise ValueError(msg)
     return torch.empty(shape, dtype=dtype, device="meta")
 
 

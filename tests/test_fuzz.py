@@ -426,6 +426,21 @@ REGISTRY: dict[str, Entry | str] = {
     "modules.inventory": Entry(calls([MODULE], {"attributes": BOOL})),
     "modules.ModuleTable": RESULT,
     "modules.ModuleTensorInfo": RESULT,
+    # submodules
+    "submodules.layer_shapes": Entry(
+        calls(
+            [MODULE],
+            {"dtype": A([torch.float32, torch.float64], [torch.int64, "float32", None, 3])},
+            varargs=A([*GOOD_SHAPES, *T("floats")], BAD_SHAPES),
+        ),
+        names=("inputs", "arg0", "arg1", "arg2", "arg3"),
+    ),
+    "submodules.unregistered": Entry(calls([MODULE])),
+    "submodules.HiddenItem": RESULT,
+    "submodules.HiddenTable": RESULT,
+    "submodules.LayerShape": RESULT,
+    "submodules.ShapeTable": RESULT,
+    "submodules.LayerShapeError": ERROR,
     # checkpoint and archive (their fixes are another developer's: see the report)
     "checkpoint.save_checkpoint": Entry(
         calls(
