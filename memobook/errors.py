@@ -82,18 +82,7 @@ def _comment_block(lines: list[str], line: int) -> dict[str, str]:
     while index >= 0 and lines[index].lstrip().startswith("#"):
         block.insert(0, lines[index].strip())
         index -= 1
-    found: dict[str, str] = {}
-    current = None
-    for text in block:
-        label = re.match(r"#\s*(Cause|Fix):\s*(.*)$", text)
-        if label:
-            current = label.group(1).lower()
-            found[current] = label.group(2).strip()
-        elif current and text.startswith("#   "):
-            found[current] += " " + text[1:].strip()
-        else:
-            current = None
-    return found
+    return {label.lower(): text for label, text in _labelled(block, ("Cause", "Fix")).items()}
 
 
 def _raises_calls(source: str) -> list[tuple[int, tuple[str, ...], str]]:
