@@ -394,6 +394,11 @@ class Deprecation:
     began: str = ""
     """The release the cell's version branch dates (:attr:`Change.changed_in`), or ``""``."""
 
+    @property
+    def kind(self) -> str:
+        """The warning classes the check names (``FutureWarning``), or ``a warning``."""
+        return " or ".join(self.categories) if self.categories else "a warning"
+
 
 def _labelled(lines: list[str], labels: tuple[str, ...]) -> dict[str, str]:
     """Every ``# Label: text`` comment of ``lines`` whose label is in ``labels`` (the
@@ -486,7 +491,7 @@ def deprecation_when(entry: Deprecation) -> str:
 
 def deprecation_warning_text(entry: Deprecation) -> str:
     """The warning as the cell checks it: its class(es) and the text it looks for."""
-    kind = " or ".join(entry.categories) if entry.categories else "a warning"
+    kind = entry.kind
     said = "; ".join(f'"{t}"' for t in entry.texts)
     return f"{kind}: {said}" if said else kind
 

@@ -706,8 +706,7 @@ class ChangesDirective(SphinxDirective):
                     use.extend(_inline(entry.new))
                     item += use
                 warned = nodes.paragraph(classes=["memo-releases"])
-                kind = " or ".join(entry.categories) if entry.categories else "a warning"
-                warned += nodes.Text(f"Warning: {kind}")
+                warned += nodes.Text(f"Warning: {entry.kind}")
                 for number, said in enumerate(entry.texts):  # verbatim: no smart quotes
                     warned += nodes.Text(": " if number == 0 else "; ")
                     warned += nodes.literal(text=said)
