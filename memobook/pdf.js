@@ -3,8 +3,8 @@
    the links between the book's pages inside the book, unlinks those to pages the book
    leaves out, links every heading from a hidden list (Chromium writes a destination for
    each id a link points to, and pdf.py reads the pages of these), and returns the
-   headings: the introduction and the parts (level 0), chapters (1), sections (2),
-   subsections (3). */
+   headings: the introduction and the parts (level 0), chapters and appendices (1),
+   sections (2), subsections (3). An appendix's title gets its letter ("A. Errors"). */
 () => {
   const pages = [...document.querySelectorAll("section.memo-pdf-page")];
   const names = new Set(pages.map((page) => page.dataset.page));
@@ -58,6 +58,13 @@
       title.textContent = "Introduction";
       entry(0, title, page.id);
       continue;
+    }
+    if (page.dataset.appendix) {
+      // An appendix is numbered by its letter, as a chapter by its number.
+      const number = document.createElement("span");
+      number.className = "section-number";
+      number.textContent = `${page.dataset.appendix}. `;
+      title.prepend(number);
     }
     entry(1, title, page.id);
     for (const heading of page.querySelectorAll("h2, h3")) {

@@ -2,7 +2,9 @@
 
 The chapters' articles in ``_build/html`` (built first: ``nox -s book``) are put together
 into one page: the introduction, then each part with its chapters, each chapter on a new
-page. The reference pages (the memo, Errors, What changed, the status page, the API
+page; then, as appendices (A, B, ...), the reference pages a reader of paper needs: the
+pages made by the ``memo-errors`` and ``memo-changes`` directives (Errors, What
+changed). The other reference pages (the memo, the concepts, the status page, the API
 reference) stay on the website, and so does every interface element: buttons, the
 toggles of folded cells (their code stays folded, as on the site). Headless Chromium
 prints the page once, with page numbers; the front matter (title and contents) is
@@ -96,14 +98,37 @@ def chromium() -> str | None:
 
 @dataclass(frozen=True)
 class BookPage:
-    """One page of the site in the book: its docname, and the part it opens (if any)."""
+    """One page of the site in the book: its docname, the part it opens (if any), and
+    its letter if it is an appendix (``A``)."""
 
     docname: str
     opens_part: str
+    appendix: str = ""
+
+
+APPENDICES = "Appendices"
+"""The caption of the part that holds the appendices."""
+APPENDIX_DIRECTIVES = ("memo-errors", "memo-changes")
+"""The pages printed as appendices: those of the site's toc whose source uses one of
+these directives (:mod:`memobook.site`), in the toc's order."""
+
+
+def appendix_pages(root: Path | None = None) -> list[str]:
+    """The docnames of the pages printed as appendices (``book/errors``)."""
+    base = root or memobook.ROOT
+    found = []
+    for entry in memobook.toc_entries(root):
+        source = base / f"{entry.docname}.md"
+        if source.is_file():
+            text = source.read_text(encoding="utf-8")
+            if any(f"{{{name}}}" in text for name in APPENDIX_DIRECTIVES):
+                found.append(entry.docname)
+    return found
 
 
 def book_pages(root: Path | None = None) -> list[BookPage]:
-    """The pages the PDF holds, in reading order: the root page and every chapter."""
+    """The pages the PDF holds, in reading order: the root page, every chapter, then
+    the appendices."""
     chapters = memobook.chapters(root)
     pages = [BookPage(memobook.toc_entries(root)[0].docname, "")]
     part = None
@@ -111,6 +136,9 @@ def book_pages(root: Path | None = None) -> list[BookPage]:
         opens = chapter.part if chapter.part != part else ""
         part = chapter.part
         pages.append(BookPage(chapter.docname, opens))
+    for index, docname in enumerate(appendix_pages(root)):
+        opens = APPENDICES if index == 0 else ""
+        pages.append(BookPage(docname, opens, appendix=chr(ord("A") + index)))
     return pages
 
 
@@ -153,8 +181,9 @@ def _head(html_pages: list[str], title: str) -> str:
 def book_html(site: Path = SITE, root: Path | None = None) -> str:
     """The body of the book as one HTML page (its URL: :data:`BODY_URL`).
 
-    Each page's article is wrapped in ``<section class="memo-pdf-page" data-page=NAME>``;
-    a part opens with ``<section class="memo-pdf-part">`` and its caption. ``pdf.js``
+    Each page's article is wrapped in ``<section class="memo-pdf-page" data-page=NAME>``
+    (an appendix's with ``data-appendix=LETTER``, which numbers it ``A.``); a part
+    opens with ``<section class="memo-pdf-part">`` and its caption. ``pdf.js``
     then makes the ids unique and the links point inside the book.
     """
     pages = book_pages(root)
@@ -175,8 +204,9 @@ def book_html(site: Path = SITE, root: Path | None = None) -> str:
                 f'<p class="memo-pdf-part-title">{html.escape(page.opens_part)}</p>'
             )
         name = Path(page.docname).name
+        appendix = f' data-appendix="{page.appendix}"' if page.appendix else ""
         body.append(
-            f'<section class="memo-pdf-page" id="{name}" data-page="{name}">'
+            f'<section class="memo-pdf-page" id="{name}" data-page="{name}"{appendix}>'
             f"{match.group(1)}</section>"
         )
     if parts:
@@ -218,6 +248,8 @@ def front_html(
     config = memobook.config()
     title = html.escape(str(config["title"]))
     author = html.escape(str(config.get("author", "")))
+    url = source_url()
+    source = f' (its source: <a href="{html.escape(url)}">{html.escape(url)}</a>)' if url else ""
     lines = []
     for heading in headings:
         if heading.level > contents_level:
@@ -234,12 +266,18 @@ def front_html(
         f'<!DOCTYPE html><html lang="en" data-theme="light">{head}<body>'
         '<div class="bd-content"><article class="bd-article memo-pdf">'
         f'<section class="memo-pdf-title"><h1>{title}</h1><p>{author}</p>'
-        "<p>Printed from the chapters' stored outputs. The reference pages (the memo, "
-        "Errors, What changed, the status page and the API reference) are on the "
-        "book's website.</p></section>"
+        "<p>Printed from the chapters' stored outputs. Errors and What changed are "
+        "the appendices; the other reference pages (the memo, the concepts, the status "
+        f"page and the API reference) are on the book's website{source}.</p></section>"
         '<nav class="memo-pdf-contents"><h2>Contents</h2>'
         f"<ol>{''.join(lines)}</ol></nav></article></div></body></html>"
     )
+
+
+def source_url() -> str:
+    """Where the book's source is: ``repository.url`` of ``_config.yml`` (empty if unset)."""
+    repository = memobook.config().get("repository") or {}
+    return str(repository.get("url") or "")
 
 
 # ---------------------------------------------------------------------------- printing

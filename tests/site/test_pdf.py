@@ -1,5 +1,6 @@
 """The printed book (`python -m memobook.pdf`), read with PDFium (Chromium's own reader):
-an outline of parts, chapters and sections; a number on every page and a contents list
+an outline of parts, chapters and sections, then the appendices (Errors, What changed)
+with every proof link landing in its chapter; a number on every page and a contents list
 that gives them; every chapter on a new page; no interface printed; code at a readable
 size; figures whole; each chapter's pages as a file of their own, which its download
 menu links."""
@@ -85,7 +86,7 @@ def test_the_outline_holds_parts_chapters_and_sections(book: pypdfium2.PdfDocume
     assert marks, "the PDF has no outline"
     top = [m.title for m in marks if m.level == 0]
     parts = list(dict.fromkeys(c.part for c in memobook.chapters()))
-    assert top == ["Introduction", *parts]
+    assert top == ["Introduction", *parts, pdf.APPENDICES]
     for chapter in memobook.chapters():
         article = _article(chapter.docname)
         title = _titles(article, "h1")[0]
@@ -102,6 +103,61 @@ def test_the_outline_holds_parts_chapters_and_sections(book: pypdfium2.PdfDocume
         assert sections == _titles(article, "h2"), f"{chapter.name}: its sections"
 
 
+def test_the_appendices_follow_the_chapters_with_their_sections(
+    book: pypdfium2.PdfDocument,
+) -> None:
+    marks = _bookmarks(book)
+    start = next(i for i, m in enumerate(marks) if m.level == 0 and m.title == pdf.APPENDICES)
+    appendices = [m for m in marks[start + 1 :] if m.level == 1]
+    pages = [p for p in pdf.book_pages() if p.appendix]
+    assert len(appendices) == len(pages) == 2
+    for mark, page in zip(appendices, pages, strict=True):
+        article = _article(page.docname)
+        assert mark.title == f"{page.appendix}. {_titles(article, 'h1')[0]}"
+        index = marks.index(mark)
+        sections = []
+        for later in marks[index + 1 :]:
+            if later.level <= 1:
+                break
+            if later.level == 2:
+                sections.append(later.title)
+        assert sections == _titles(article, "h2"), f"{page.docname}: its sections"
+
+
+def test_every_proof_link_of_the_appendices_lands_in_its_chapter(
+    book: pypdfium2.PdfDocument,
+) -> None:
+    marks = _bookmarks(book)
+    chapters = {c.title: c.name for c in memobook.chapters()}
+    starts = [(m.page, m.title) for m in marks if m.level <= 1]
+    spans = {}  # chapter name -> its pages
+    for (first, title), (end, _) in zip(starts, [*starts[1:], (len(book), "")], strict=True):
+        name = next((n for t, n in chapters.items() if title.endswith(t)), None)
+        if name:
+            spans[name] = range(first, end)
+    appendix = next(m.page for m in marks if m.level == 0 and m.title == pdf.APPENDICES)
+    reader = pypdf.PdfReader(HTML / pdf.PDF_NAME)
+    named = reader.named_destinations
+    landed: list[str] = []
+    for page in reader.pages[appendix:]:
+        for ref in page.get("/Annots") or []:
+            target = str(ref.get_object().get("/Dest", "")).removeprefix("/")
+            if "--claim-" not in target:
+                continue
+            chapter = target.split("--")[0]
+            assert f"/{target}" in named, f"a proof link to {target}, which the book lacks"
+            where = reader.get_destination_page_number(named[f"/{target}"])
+            assert where in spans[chapter], f"{target} lands on page {where}, not in {chapter}"
+            landed.append(target)
+    proofs = sum(
+        len(re.findall(r'class="memo-proof-link[^"]*" href="[^"]+#claim-', _article(p.docname)))
+        for p in pdf.book_pages()
+        if p.appendix
+    )
+    assert proofs > 0
+    assert len(landed) == proofs, f"{proofs} proof links on the site, {len(landed)} in the PDF"
+
+
 def test_every_page_is_numbered_and_the_contents_give_the_numbers(
     book: pypdfium2.PdfDocument, texts: list[str]
 ) -> None:
@@ -114,7 +170,12 @@ def test_every_page_is_numbered_and_the_contents_give_the_numbers(
         width, _ = page.get_size()
         foot = page.get_textpage().get_text_bounded(0, 0, width, 12 * MM).strip()
         assert foot == labels[index], f"page {index}: its foot reads {foot!r}"
-    contents = "\n".join(texts[:body])
+    # The front matter's text as pypdf reads it: PDFium splits a short last page of the
+    # contents into single characters.
+    reader = pypdf.PdfReader(HTML / pdf.PDF_NAME)
+    contents = unicodedata.normalize(
+        "NFKC", "\n".join(reader.pages[i].extract_text() for i in range(body))
+    )
     # (a part's caption is printed in capitals)
     listed = {t.lower(): n for t, n in re.findall(r"^(.*\S) (\d+)\r?$", contents, re.MULTILINE)}
     for mark in _bookmarks(book):
@@ -133,7 +194,9 @@ def _roman(number: int) -> str:
 
 
 def test_each_chapter_starts_a_page(book: pypdfium2.PdfDocument, texts: list[str]) -> None:
-    chapters = [m for m in _bookmarks(book) if m.level == 1]
+    marks = _bookmarks(book)
+    appendices = next(i for i, m in enumerate(marks) if m.title == pdf.APPENDICES)
+    chapters = [m for m in marks[:appendices] if m.level == 1]
     assert len(chapters) == len(memobook.chapters())
     for mark, chapter in zip(chapters, memobook.chapters(), strict=True):
         top = _flat(texts[mark.page])  # a part's first chapter: under its caption
