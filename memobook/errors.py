@@ -340,6 +340,7 @@ def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> lis
                 continue
             cell_id = str(cell.get("id", ""))
             digest = source_digest(source)
+            mine: list[Change] = []
             for index, branch in enumerate(branches):
                 change = Change(
                     chapter.name, chapter.docname, cell_id, claims[0], f"if {branch.test}"
@@ -352,7 +353,15 @@ def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> lis
                         side = outcome.branches[index]
                         runs = change.then_runs if side == "then" else change.else_runs
                         runs.append(_run_name(run.torch, run.python))
-                found.append(change)
+                # A cell that branches on the same test several times is one change,
+                # unless the runs took the branches differently.
+                if not any(
+                    (c.test, c.then_runs, c.else_runs)
+                    == (change.test, change.then_runs, change.else_runs)
+                    for c in mine
+                ):
+                    mine.append(change)
+            found += mine
     return sorted(
         found,
         key=lambda c: (c.changed_in == "", [-n for n in version_key(c.changed_in or "0")]),

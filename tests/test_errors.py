@@ -155,6 +155,44 @@ def test_a_change_is_dated_by_the_first_release_on_its_new_side(tmp_path: Path) 
     assert [c.changed_in for c in found] == ["2.13", ""]  # 2.10 alone splits nothing in two
 
 
+TWICE = """\
+# Claim: both flags changed in 2.13.
+if torch.__version__ >= "2.13":
+    assert new_flag()
+else:
+    assert old_flag()
+if torch.__version__ >= "2.13":
+    assert new_other()
+else:
+    assert old_other()
+if torch.__version__ >= "2.14":
+    assert newest()
+"""
+
+
+def test_a_cell_branching_on_one_test_twice_is_one_change(tmp_path: Path) -> None:
+    root = _book(tmp_path)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(TWICE, id="twice")]
+    (root / "book" / "topic.ipynb").write_text(nbformat.writes(nb))
+    record = MatrixRecord()
+    for torch, sides in [
+        ("2.12.1", ("else", "else", "else")),
+        ("2.13.0", ("then", "then", "else")),
+        ("2.14.1", ("then", "then", "then")),
+    ]:
+        outcome = ClaimOutcome("passed", source_digest(TWICE), sides)
+        run = MatrixRun(
+            torch, "0", "d", "3.11.7", Outcome(1, 0, 0), {}, {"topic": {"twice": outcome}}
+        )
+        record = record.with_run(run)
+    found = changes(root, record)
+    assert [(c.test, c.changed_in) for c in found] == [
+        ("if torch.__version__ >= '2.14'", "2.14"),
+        ("if torch.__version__ >= '2.13'", "2.13"),
+    ]
+
+
 def test_a_deprecation_names_old_new_warning_and_the_runs_that_passed(
     tmp_path: Path,
 ) -> None:
