@@ -121,6 +121,7 @@ def test_text_of_joins_blocks_with_spaces_and_keeps_inline_text_whole() -> None:
 
 
 def test_the_index_is_written_whole_and_replaces_the_old_one(tmp_path: Path) -> None:
+    pytest.importorskip("pagefind", reason="runs Pagefind: needs the book dependency group")
     records = page_records(_page(), uri="book/views.html", page="Views", chapter=True)
     old = tmp_path / BUNDLE
     old.mkdir()
