@@ -16,6 +16,9 @@ of two things measured side by side in this one run:
    (Binder gives a reader 2 GB).
 4. The site build (``jupyter-book build``), for information, and the slowest cells.
 
+First, for information, what torch itself adds to a chapter that trains: a bare notebook
+that also takes one optimizer step, against the bare notebook (:data:`STEP_SOURCE`).
+
 Exit status 1 when a goal is missed.
 """
 
@@ -98,6 +101,28 @@ def bare_notebook() -> nbformat.NotebookNode:
     return nb  # type: ignore[no-any-return]  # nbformat is unannotated
 
 
+STEP_SOURCE = """\
+from torch import nn
+
+model = nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model(torch.ones(1, 2)).sum().backward()
+optimizer.step()
+optimizer.zero_grad()"""
+"""One optimizer step: torch imports ``torch._dynamo`` (and with it sympy and Inductor's
+modules) on the first ``step()`` or ``zero_grad()`` of any optimizer, so every chapter
+that trains pays for it. The bench prints what that costs, as a ratio to the bare
+notebook, beside the goals: the part of a chapter's ratio that is torch's, not the
+book's."""
+
+
+def step_notebook() -> nbformat.NotebookNode:
+    """The bare notebook and one optimizer step (:data:`STEP_SOURCE`)."""
+    nb = bare_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(STEP_SOURCE))
+    return nb
+
+
 def run_all(path: Path, cells: list[tuple[float, str]] | None = None) -> float:
     """Seconds to run the notebook at ``path`` top to bottom in a fresh kernel."""
     nb = nbformat.read(path, as_version=4)
@@ -147,6 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     bare = WORK / "bare.ipynb"
     nbformat.write(bare_notebook(), bare)
     run_all(bare)  # warm-up: the first kernel of a run starts cold
+    step = WORK / "step.ipynb"
+    nbformat.write(step_notebook(), step)
+    pairs = [(run_all(bare), run_all(step)) for _ in range(3)]  # the fastest of each
+    floor, stepping = min(b for b, _ in pairs), min(s for _, s in pairs)
+    print(
+        f"0. torch's share: a bare notebook that takes one optimizer step runs "
+        f"{stepping / floor:.2f}x the bare notebook ({stepping:.1f} s against {floor:.1f} s; "
+        "the first step imports torch._dynamo)\n"
+    )
 
     print("1. A reader's Run All, each chapter beside a bare notebook run just before it")
     print(f"{'chapter':<16} {'chapter s':>9} {'bare s':>7} {'ratio':>6} {'peak GiB':>9}")

@@ -1,4 +1,5 @@
-"""The memory measure of nox -s bench (its timings are never tests)."""
+"""The memory measure of nox -s bench, and what its "torch's share" line runs (its timings
+are never tests)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,20 @@ def test_the_peak_counts_a_child_processes_memory() -> None:
 
 def test_nothing_started_is_no_memory() -> None:
     assert _peak("nothing") == 0
+
+
+STEP = """
+import sys
+import torch
+from memobook.bench import STEP_SOURCE
+before = "torch._dynamo" in sys.modules
+exec(STEP_SOURCE)
+print(before, "torch._dynamo" in sys.modules)
+"""
+
+
+def test_one_optimizer_step_imports_dynamo_as_the_bench_says() -> None:
+    # What the bench's "torch's share" line measures: torch, not the book, imports
+    # torch._dynamo at an optimizer's first step.
+    done = subprocess.run([sys.executable, "-c", STEP], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]
