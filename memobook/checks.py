@@ -85,8 +85,9 @@ def commands(check: str, posargs: Sequence[str] = ()) -> list[Command]:
         many = sum(p.endswith(".ipynb") for p in paths) > 1
         workers = memobook.NBVAL_WORKERS if many else ()
         return [("python", "-m", "pytest", "--nbval", *memobook.NBVAL_ARGS, *workers, *paths)]
-    if check == "book":
+    if check == "book":  # from an empty _build/html: no page of an older build stays
         return [
+            ("jupyter-book", "clean", ".", "--html"),
             ("jupyter-book", "build", ".", "--all", "--warningiserror", "--nitpick",
              "--keep-going", *args),
         ]  # fmt: skip

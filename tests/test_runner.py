@@ -14,7 +14,7 @@ import pytest
 
 import memobook
 from memobook import checks
-from memobook.checks import CHECKS, commands, run_side_by_side
+from memobook.checks import CHECKS, commands, resolve, run_side_by_side
 from tests.processes import no_orphans
 
 PY = sys.executable
@@ -63,10 +63,23 @@ def test_the_gpu_run_is_memobook_gpu_with_the_chapters_named() -> None:
 
 
 def test_the_site_check_builds_prints_then_checks_in_a_browser() -> None:
-    built, printed, checked = commands("site")
-    assert built == commands("book")[0]
+    cleaned, built, printed, checked = commands("site")
+    assert [cleaned, built] == commands("book")
     assert printed == ("python", "-m", "memobook.pdf")
     assert checked[-1] == "tests/site"
+
+
+def test_the_book_is_built_into_an_emptied_html_folder(tmp_path: Path) -> None:
+    # A page an older build wrote (a chapter since removed, Sphinx's genindex) must not
+    # stay in the site the checks read.
+    cleaned, built = commands("book")
+    assert built[:2] == ("jupyter-book", "build")
+    (tmp_path / "_build" / "html").mkdir(parents=True)
+    (tmp_path / "_build" / "html" / "genindex.html").write_text("from an older build")
+    (tmp_path / "_build" / ".doctrees").mkdir()
+    subprocess.run([*resolve(cleaned)[:2], str(tmp_path), *cleaned[3:]], check=True)
+    assert not (tmp_path / "_build" / "html").exists()
+    assert (tmp_path / "_build" / ".doctrees").is_dir()
 
 
 def test_an_unknown_check_is_named_in_the_error() -> None:
