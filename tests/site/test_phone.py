@@ -1,6 +1,6 @@
 """Reading on a phone (390 x 844) and offline, in a real browser: nothing reaches past the
 screen (figures scale to the column, tables keep their words whole or scroll in their own
-box, the contents drawer fits), the navigation drawer opens, math renders with the network
+box, headings keep their words whole, the contents drawer fits), the navigation drawer opens, math renders with the network
 blocked, GPU cells carry their marker, and dark mode neither glares nor shouts."""
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ OUTSIDE = """(root) => {
   }
   return {scroll: document.documentElement.scrollWidth, width, outside: found.slice(0, 8)};
 }"""
-BROKEN_WORDS = r"""() => {
-  // Words of tables split over two lines ("passe|d", "2.1|5.0"); a break after a
-  // hyphen or a slash is a break between words.
+BROKEN_WORDS = r"""(selector) => {
+  // Words split over two lines ("passe|d", "2.1|5.0", "pytorch_memo.archiv|e") in the
+  // elements the selector names; a break after a hyphen or a slash is a break between
+  // words.
   const broken = [];
-  for (const cell of document.querySelectorAll('article td, article th')) {
+  for (const cell of document.querySelectorAll(selector)) {
     const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
       for (const word of node.textContent.matchAll(/[^\s\-\/\u2013]+/g)) {
@@ -70,8 +71,10 @@ def test_nothing_on_a_phone_reaches_past_the_screen(
     found = page.evaluate(OUTSIDE, page.locator("body").element_handle())
     assert found["scroll"] <= found["width"], f"{name} scrolls sideways: {found}"
     assert not found["outside"], f"{name}: past the screen's edge: {found['outside']}"
-    broken = page.evaluate(BROKEN_WORDS)
+    broken = page.evaluate(BROKEN_WORDS, "article td, article th")
     assert not broken, f"{name}: table words broken over two lines: {broken}"
+    broken = page.evaluate(BROKEN_WORDS, "article h1, article h2, article h3")
+    assert not broken, f"{name}: heading words broken over two lines: {broken}"
     toggles = [b for b in page.locator(".secondary-toggle").all() if b.is_visible()]
     if toggles:  # the page's contents, in their drawer
         toggles[0].click()
