@@ -4,8 +4,6 @@ Since PyTorch 1.6 ``torch.save`` writes an uncompressed zip archive: ``data.pkl`
 pickle of the saved object, in which every tensor is a reference to a storage), one
 record ``data/<key>`` per storage holding its raw bytes (aligned so they can be
 memory-mapped), and small metadata records (``version``, ``byteorder``, ...).
-
-Used by the chapter *Saving and loading*.
 """
 
 from __future__ import annotations

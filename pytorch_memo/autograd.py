@@ -1,6 +1,6 @@
 """Which operations lead to a tensor: a walk over autograd's backward graph.
 
-Used by the chapter *Detach, clone and the autograd graph*: :func:`autograd_graph` lists
+:func:`autograd_graph` lists
 the nodes that ``backward()`` would visit, starting at ``tensor.grad_fn`` and following
 ``next_functions``; :func:`plot_autograd_graph` draws them.
 """

@@ -1,6 +1,6 @@
 """What autograd keeps for backward: the tensors it saves, counted in bytes.
 
-Used by the chapter *Autograd mechanics*: :func:`record_saved_tensors` watches every
+:func:`record_saved_tensors` watches every
 tensor autograd saves while a block runs (through
 ``torch.autograd.graph.saved_tensors_hooks``) and adds up the memory they keep alive,
 which is what activation checkpointing reduces.

@@ -1,6 +1,6 @@
 """How shapes broadcast: the aligned table of sizes, the result, and why a pair fails.
 
-Used by the chapter *Broadcasting*: :func:`explain_broadcast` lines shapes up from the
+:func:`explain_broadcast` lines shapes up from the
 right as torch does, and :func:`plot_broadcast` draws that alignment.
 """
 

@@ -13,8 +13,6 @@ wrong weights (a file written without CRCs loads with an
 loaded into (keys, shapes, dtypes) *before* changing any of them, and turns torch's
 errors into :class:`CheckpointError` subclasses whose message names the file and what
 is wrong with it.
-
-Used by the chapter *Saving and loading*.
 """
 
 from __future__ import annotations

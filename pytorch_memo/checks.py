@@ -1,6 +1,6 @@
 """Checks that notebook cells use to assert what the prose claims.
 
-Used by every chapter: :func:`raises` shows an error's message to the reader and fails
+:func:`raises` shows an error's message to the reader and fails
 the cell when the error does not come, so a chapter never stores a traceback.
 """
 

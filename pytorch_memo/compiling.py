@@ -1,6 +1,6 @@
 """What ``torch.compile`` does, watched from the inside: graphs, recompiles, logs, cost.
 
-Used by the chapter *torch.compile*:
+What it holds:
 
 - :class:`GraphRecorder` is a ``torch.compile`` backend (the public extension point:
   ``torch.compile(fn, backend=recorder)``) that records every FX graph Dynamo hands it,

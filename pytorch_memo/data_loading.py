@@ -1,7 +1,7 @@
 """Datasets and a collate function that DataLoader workers can import, and a picture of
 how ``DistributedSampler`` splits a dataset across ranks, epoch by epoch.
 
-Used by the chapter *Data loading*. With ``num_workers > 0`` a ``DataLoader`` hands its
+With ``num_workers > 0`` a ``DataLoader`` hands its
 dataset and its ``collate_fn`` to worker processes. Under the ``spawn`` and
 ``forkserver`` start methods they travel pickled, their classes and functions by
 reference to the module that defines them, so a class or function defined in a notebook

@@ -1,6 +1,6 @@
 """Choosing a device at run time, so that one notebook runs on a laptop and on a GPU.
 
-Used by the chapter *Devices and distributed basics*. Nothing here asks the hardware
+Nothing here asks the hardware
 at import time: :func:`pick_device` looks when it is called.
 """
 

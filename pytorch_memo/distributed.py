@@ -1,6 +1,6 @@
 """Run ``torch.distributed`` for real on one machine: a few CPU processes, ``gloo``.
 
-Used by the chapter *Devices and distributed basics*. :func:`run_workers` starts
+:func:`run_workers` starts
 ``world_size`` processes the way ``torchrun`` does (it sets ``RANK``, ``LOCAL_RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), joins the process group in each, calls
 a worker function there and hands back what every rank returned. The workers below are

@@ -1,6 +1,5 @@
 """Build C++ extensions with ``load_inline`` without getting stuck on a killed build's lock.
 
-Used by the chapter *C++ extensions and custom operators*.
 
 ``torch.utils.cpp_extension`` builds in one directory per extension and guards it with
 a file named ``lock``. Up to torch 2.13 that guard was a ``FileBaton``: the file's mere

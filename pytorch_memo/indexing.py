@@ -1,6 +1,6 @@
 """Indexing that moves elements around: ``gather`` explained, convolution as a matmul.
 
-Used by the chapter *Indexing, reductions and einsum*: :func:`explain_gather` lists
+:func:`explain_gather` lists
 which element of the input each output element of ``torch.gather`` comes from,
 :func:`plot_gather` draws it, and :func:`conv2d_as_matmul` computes ``F.conv2d`` as
 ``unfold`` + matrix multiply + ``view``.

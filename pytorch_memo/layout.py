@@ -1,7 +1,4 @@
-"""Where a tensor's elements sit in memory.
-
-Used by the chapters *Creating tensors* and *Views, strides and storage*.
-"""
+"""Where a tensor's elements sit in memory."""
 
 from __future__ import annotations
 
@@ -648,8 +645,6 @@ def plot_values(
         ... )
         >>> [t.get_text() for t in ax.texts]  # row by row
         ['0', '1', '2', '1', '3', '3']
-
-    Used by the chapter *Views, strides and storage*.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle

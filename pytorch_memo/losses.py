@@ -1,6 +1,6 @@
 """Cross entropy written out, and sampling checked against its probabilities.
 
-Used by the chapter *Losses and sampling*. :func:`cross_entropy_by_hand` spells out the
+:func:`cross_entropy_by_hand` spells out the
 formula that ``torch.nn.functional.cross_entropy`` computes (class weights,
 ``ignore_index``, ``label_smoothing``, every input shape) so the chapter can compare the
 two; :func:`check_frequencies` draws from ``torch.multinomial`` and says how far the
@@ -512,7 +512,6 @@ def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
             +inf (-inf is fine: a candidate filtered out before), or ``k`` is
             outside ``[1, logits.shape[-1]]``.
 
-    Used by the chapter *Losses and sampling*.
 
     Example:
         >>> import torch
@@ -553,7 +552,6 @@ def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
             +inf (-inf is fine: a candidate filtered out before), or ``p`` is
             outside ``(0, 1]``.
 
-    Used by the chapter *Losses and sampling*.
 
     Example:
         >>> import torch

@@ -1,6 +1,6 @@
 """Floating-point formats side by side, and the dtype each op gets under autocast.
 
-Used by the chapter *Mixed precision*: :func:`dtype_ranges` tabulates what
+:func:`dtype_ranges` tabulates what
 ``torch.finfo`` says of float16, bfloat16, float32 and float64 and adds what it leaves
 out (the smallest subnormal, the last integer stored exactly), :func:`plot_dtype_ranges`
 draws those ranges on a log scale, and :func:`autocast_dtypes` runs ops inside
@@ -185,8 +185,6 @@ def dtype_ranges(dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> DtypeRanges:
         >>> half = dtype_ranges([torch.float16])["float16"]
         >>> half.max, half.smallest_subnormal == 2**-24, half.exact_integers
         (65504.0, True, 2048)
-
-    Used by the chapter *Mixed precision*.
     """
     given: object = dtypes  # checked at run time, whatever the annotation says
     if isinstance(given, str | bytes) or not isinstance(given, Sequence):
@@ -250,8 +248,6 @@ def plot_dtype_ranges(
         >>> ax = plot_dtype_ranges(marks={"1": 1.0})
         >>> ax.get_xlabel()
         'log10 of the magnitude'
-
-    Used by the chapter *Mixed precision*.
     """
     import matplotlib.pyplot as plt
     from matplotlib.axes import Axes
@@ -448,8 +444,6 @@ def autocast_dtypes(
         ... )
         >>> table["mm"].policy, table["exp"].policy
         ('lower precision', 'input dtype')
-
-    Used by the chapter *Mixed precision*.
     """
     check_type("ops", ops, Mapping, "a mapping of names to functions")
     if not ops:

@@ -1,6 +1,6 @@
 """What tensors a module holds: parameters, buffers and plain tensor attributes.
 
-Used by the chapter *Parameters, buffers and register_buffer*: :func:`inventory` lists
+:func:`inventory` lists
 every tensor of a module and its submodules with what torch does with it (is it in
 ``parameters()``, in ``state_dict()``, trained, shared with another name).
 """

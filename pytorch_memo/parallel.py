@@ -1,6 +1,6 @@
 """Data-parallel training in practice: workers for :func:`~pytorch_memo.distributed.run_workers`.
 
-Used by the chapter *Devices and distributed basics*. Each worker runs inside a joined
+Each worker runs inside a joined
 ``gloo`` group, on CPU tensors, and returns plain data (tensors, strings, shapes) that
 the chapter checks against plain torch in one process:
 

@@ -1,6 +1,5 @@
 """Where time and memory go: parameter counts, memory reports, peak memory and timings.
 
-Used by the chapter *Profiling and memory*.
 
 Nothing here probes hardware at import: every function looks at the device it is given
 when it is called, and a CUDA device on a machine without one gets an honest "not

@@ -6,8 +6,6 @@ default on macOS and Windows) or ``forkserver`` (the default on Linux from Pytho
 unpickle them, which imports their classes and functions by module and name, and a class
 or function defined in a notebook (in ``__main__``) cannot be imported by another
 process.
-
-Used by the chapter *Randomness and reproducibility*.
 """
 
 from __future__ import annotations
@@ -55,8 +53,6 @@ class Draw:
         random_value: a draw of ``random.random()`` (Python's global generator).
         numpy_value: a draw of ``np.random.random()`` (NumPy's global generator).
         own_value: a draw from the dataset's own ``np.random.Generator``.
-
-    Used by the chapter *Randomness and reproducibility*.
     """
 
     index: int
@@ -76,7 +72,6 @@ class NoisyRange(Dataset[Draw]):
     once in ``__init__`` from ``seed``: the random augmentation of a real dataset, reduced
     to the draws. In DataLoader workers each worker draws from its own copy of that
     generator; :meth:`reseed` (through :func:`reseed_worker`) gives each copy its seed.
-    Used by the chapter *Randomness and reproducibility*.
 
     Args:
         length: the number of items, an int from 0 to ``2**63 - 1`` (what ``len()``
@@ -150,8 +145,6 @@ def reseed_worker(worker_id: int) -> None:
     seed, which differs between workers and between epochs, and which a ``generator=``
     given to the DataLoader makes reproducible.
 
-    Used by the chapter *Randomness and reproducibility*.
-
     Args:
         worker_id: the worker's id, as the DataLoader passes it.
 
@@ -197,7 +190,6 @@ def seed_everything(seed: int) -> None:
     ``torch.manual_seed`` seeds only torch's generators; this seeds the two other
     global generators a training script usually draws from as well. It does not reach
     generators that objects hold (``np.random.default_rng``, ``random.Random``).
-    Used by the chapter *Randomness and reproducibility*.
 
     Args:
         seed: an int from 0 to 2**32 - 1 (NumPy's global generator takes no more).
@@ -228,8 +220,6 @@ def deterministic_algorithms(mode: bool = True, *, warn_only: bool = False) -> I
 
     torch's switch is global; this puts back both the mode and ``warn_only`` as they
     were, also when the block raises.
-
-    Used by the chapter *Randomness and reproducibility*.
 
     Args:
         mode: deterministic algorithms on (True) or off (False) inside the block.
@@ -272,8 +262,6 @@ def plot_draws(
     """Draw one bar per item: its ``value``, coloured by the worker that drew it.
 
     Two workers that draw the same numbers show as pairs of equal bars.
-
-    Used by the chapter *Randomness and reproducibility*.
 
     Args:
         draws: :class:`Draw` records, as a DataLoader over :class:`NoisyRange` yields

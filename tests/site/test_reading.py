@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 
 from playwright.sync_api import Page
@@ -88,3 +89,6 @@ def test_api_page_documents_every_public_helper(page: Page, site_url: str) -> No
         used = section.locator("p", has_text="Used by").first.inner_text()
         for chapter in chapters:
             assert chapter.title in used, f"{name}: {used}"
+        # ... and only there: a docstring that names its chapters would go stale.
+        said = section.locator("p").filter(has_text=re.compile(r"^\s*Used by")).count()
+        assert said == 1, f"{name}: {said} paragraphs say which chapters use it"
