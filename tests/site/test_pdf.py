@@ -81,6 +81,17 @@ def _titles(article: str, tag: str) -> list[str]:
     return [_flat(unescape(p)) for p in plain]
 
 
+def _sections(marks: list[Bookmark], index: int) -> list[str]:
+    """The titles of the sections (level 2) under the bookmark at ``index``."""
+    sections = []
+    for later in marks[index + 1 :]:
+        if later.level <= 1:
+            break
+        if later.level == 2:
+            sections.append(later.title)
+    return sections
+
+
 def test_the_outline_holds_parts_chapters_and_sections(book: pypdfium2.PdfDocument) -> None:
     marks = _bookmarks(book)
     assert marks, "the PDF has no outline"
@@ -94,13 +105,7 @@ def test_the_outline_holds_parts_chapters_and_sections(book: pypdfium2.PdfDocume
         assert index is not None, f"no bookmark {title!r} for {chapter.name}"
         part = max(i for i, m in enumerate(marks[:index]) if m.level == 0)
         assert marks[part].title == chapter.part, f"{chapter.name} is not under its part"
-        sections = []
-        for mark in marks[index + 1 :]:
-            if mark.level <= 1:
-                break
-            if mark.level == 2:
-                sections.append(mark.title)
-        assert sections == _titles(article, "h2"), f"{chapter.name}: its sections"
+        assert _sections(marks, index) == _titles(article, "h2"), f"{chapter.name}: its sections"
 
 
 def test_the_appendices_follow_the_chapters_with_their_sections(
@@ -115,13 +120,7 @@ def test_the_appendices_follow_the_chapters_with_their_sections(
         article = _article(page.docname)
         assert mark.title == f"{page.appendix}. {_titles(article, 'h1')[0]}"
         index = marks.index(mark)
-        sections = []
-        for later in marks[index + 1 :]:
-            if later.level <= 1:
-                break
-            if later.level == 2:
-                sections.append(later.title)
-        assert sections == _titles(article, "h2"), f"{page.docname}: its sections"
+        assert _sections(marks, index) == _titles(article, "h2"), f"{page.docname}: its sections"
 
 
 def test_every_proof_link_of_the_appendices_lands_in_its_chapter(
