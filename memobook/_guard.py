@@ -1,7 +1,7 @@
 """What keeps the author tools from losing work: careful writes, a book lock, signals.
 
-Standard library only (``nox -s chapter`` and ``nox -s execute`` import it before any
-heavy package; private).
+Standard library only, and :mod:`pytorch_memo._temporaries`, which is too (``nox -s
+chapter`` and ``nox -s execute`` import it before any heavy package; private).
 
 - :func:`replace_if_unchanged` writes a file only if it still holds the bytes the tool
   read: an edit saved meanwhile is never overwritten (:class:`FileChangedError`). It
@@ -19,9 +19,10 @@ hard-linked file, the write) are two steps, a few system calls apart (the file's
 is compared just before the rename); an edit saved in those microseconds is lost. An
 in-place write of a hard-linked file is not atomic: a SIGKILL or a crash between its
 write and its truncation (microseconds) can leave the old file's tail after the new
-content, where the new content is the shorter. Temporary files are named
-``.NAME.PID.XXXXXXXX.tmp`` as :mod:`pytorch_memo._files` names them, and those of
-killed writers are removed by the next write to the same file.
+content, where the new content is the shorter. Temporary files are made by
+:mod:`pytorch_memo._temporaries`, as the package's own writes make them
+(``.NAME.PID.XXXXXXXX.tmp``), and those of killed writers are removed by the next write
+to the same file.
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ import contextlib
 import errno
 import hashlib
 import os
-import re
-import secrets
 import signal
 import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+
+from pytorch_memo._temporaries import create_temporary, remove_stale_temporaries
 
 PR_SET_PDEATHSIG = 1
 
@@ -182,76 +183,13 @@ def book_lock(lock: Path, *, waiting: str) -> Iterator[None]:
 # ------------------------------------------------------------------------------ writes
 
 
-def _stale_pattern(target: Path) -> re.Pattern[str]:
-    return re.compile(re.escape("." + target.name) + r"\.(\d{1,10})\.[0-9a-f]{8}\.tmp")
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, OSError):
-        return True
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
-    except OSError:
-        return True
-    return not fields or fields[0] not in (b"Z", b"X")
-
-
-def remove_stale_temporaries(target: Path) -> list[Path]:
-    """Remove the temporary files that killed writers left beside ``target``; return
-    them (only those whose process is gone and whose lock is free)."""
-    if sys.platform == "win32":  # pragma: no cover
-        return []
-    import fcntl
-
-    pattern = _stale_pattern(target)
-    removed = []
-    try:
-        names = [
-            (e.name, int(m[1]))
-            for e in os.scandir(target.parent)
-            if (m := pattern.fullmatch(e.name))
-        ]
-    except OSError:
-        return []
-    for name, pid in names:
-        path = target.parent / name
-        if _alive(pid):
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
-                path.unlink()
-                removed.append(path)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-    return removed
-
-
 @contextlib.contextmanager
 def _temporary(target: Path, data: bytes) -> Iterator[tuple[int, Path]]:
     """A locked temporary file beside ``target`` holding ``data`` (flushed to disk);
     removed after the block unless the block renamed or linked it away."""
     remove_stale_temporaries(target)
-    temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+    fd, temporary = create_temporary(target)
     try:
-        if sys.platform != "win32":
-            import fcntl
-
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

@@ -62,11 +62,11 @@ from memobook._guard import (
     digest,
     interruptible,
     remove,
-    remove_stale_temporaries,
     replace,
     replace_if_unchanged,
     signals_blocked,
 )
+from pytorch_memo._temporaries import remove_stale_temporaries
 
 TOPIC = re.compile(r"[a-z][a-z0-9_]*")
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
-import secrets
 import shutil
 import stat
 import sys
@@ -31,10 +29,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pytorch_memo._checks import check_path
+from pytorch_memo._temporaries import create_temporary, remove_stale_temporaries
 
-_NAME_MAX = 255  # bytes in one file name, on every common file system
-_PID_DIGITS = 10  # room for any PID (Linux's pid_max is at most 2**22)
-_TEMPORARY_EXTRA = len(".") + len(".") + _PID_DIGITS + len(".") + 8 + len(".tmp")
 _REASONS = {
     errno.EFBIG: "a file size limit was reached (ulimit -f, or the file system's largest file)",
     errno.ENOSPC: "the device is full",
@@ -145,102 +141,6 @@ def _named(error: OSError, what: str) -> OSError:
 # ---------------------------------------------------------------- temporary files
 
 
-def _temporary_prefix(target: Path) -> str:
-    """``.NAME`` shortened, if need be, so that the whole temporary name fits NAME_MAX."""
-    name = os.fsencode(target.name)
-    room = _NAME_MAX - _TEMPORARY_EXTRA
-    if len(name) > room:
-        name = name[: room - 1] + b"~"
-    return "." + os.fsdecode(name)
-
-
-def _stale_pattern(target: Path) -> re.Pattern[str]:
-    return re.compile(re.escape(_temporary_prefix(target)) + r"\.(\d{1,10})\.[0-9a-f]{8}\.tmp")
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    if pid == os.getpid():
-        return True
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, under another user
-    except (OverflowError, OSError):
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            status = file.read()
-    except OSError:
-        return True  # no /proc: trust kill
-    fields = status.rpartition(b")")[2].split()
-    return not fields or fields[0] not in (b"Z", b"X")
-
-
-def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
-    """Remove the temporary files that killed writers left for ``target``; return them.
-
-    Only files named ``.NAME.PID.XXXXXXXX.tmp`` for this target, whose process is gone
-    and whose lock can be taken, are removed; anything else is left, and errors (a file
-    removed meanwhile, no permission) are ignored.
-    """
-    if sys.platform == "win32":
-        return []
-    import fcntl
-
-    target = Path(target)
-    pattern = _stale_pattern(target)
-    removed = []
-    try:
-        with os.scandir(target.parent) as entries:
-            candidates = [
-                (Path(entry.path), int(match[1]))
-                for entry in entries
-                if (match := pattern.fullmatch(entry.name)) is not None
-            ]
-    except OSError:
-        return []
-    for path, pid in candidates:
-        if _alive(pid):
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while a writer holds it
-            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
-                path.unlink()
-                removed.append(path)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-    return removed
-
-
-def _create_temporary(target: Path) -> tuple[int, Path]:
-    """Create and lock ``.NAME.PID.XXXXXXXX.tmp`` beside ``target``."""
-    prefix = _temporary_prefix(target)
-    temporary = target.parent / f"{prefix}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(
-        temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
-    )
-    if sys.platform != "win32":
-        import fcntl
-
-        # Without flock (some network file systems) cleaners cannot lock it either.
-        with suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return fd, temporary
-
-
 def _failed(error: OSError, shown: str, doing: str, *, unchanged: bool = True) -> OSError:
     """``error`` as an OSError of the same class naming the caller's path and the cause."""
     number = error.errno or errno.EIO
@@ -275,7 +175,7 @@ def atomic_file(
     check_target(target, shown)
     remove_stale_temporaries(target)
     try:
-        fd, temporary = _create_temporary(target)
+        fd, temporary = create_temporary(target)
     except OSError as error:
         if error.errno is None:
             raise

@@ -24,9 +24,9 @@ import pytest
 from memobook._guard import (
     FileChangedError,
     create_new,
-    remove_stale_temporaries,
     replace_if_unchanged,
 )
+from pytorch_memo._temporaries import remove_stale_temporaries
 from tests.authorbook import (
     POSIX_PROCESSES,
     alive,
@@ -232,6 +232,16 @@ def test_replace_if_unchanged_writes_through_links_and_keeps_the_mode(tmp_path: 
     assert os.stat(real).st_ino == inode
     assert os.stat(real).st_nlink == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.txt", "link.txt", "real.txt"]
+
+
+def test_the_author_tools_write_a_file_whose_name_fills_name_max(tmp_path: Path) -> None:
+    # 255 bytes: the longest name a file system takes; the temporary beside it is named
+    # from a shortened prefix, so the write does not fail with ENAMETOOLONG.
+    path = tmp_path / ("n" * 251 + ".md")
+    create_new(path, b"first")
+    replace_if_unchanged(path, b"second", expected=b"first")
+    assert path.read_bytes() == b"second"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
 def test_create_new_never_replaces_and_stale_temporaries_go(tmp_path: Path) -> None:
