@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import memobook
-from memobook.record import MatrixRecord, minor, source_digest, version_key
+from memobook.record import MatrixRecord, minor, release_spans, source_digest, version_key
 
 _FIRST_LINE = re.compile(r"^(\w+(?:\.\w+)*): (.*)$")
 
@@ -231,23 +231,12 @@ def errors(root: Path | None = None, matrix: MatrixRecord | None = None) -> list
 
 
 def _spans(runs: list[str]) -> str:
-    """``["2.8 py3.11", "2.9 py3.11", "2.15 py3.12"]`` -> ``2.8-2.9 (py3.11); 2.15 (py3.12)``."""
+    """``["2.8 py3.11", "2.9 py3.11", "2.15 py3.12"]`` -> ``2.8–2.9 (py3.11); 2.15 (py3.12)``."""
     by_python: dict[str, list[str]] = {}
     for run in runs:
         torch, python = run.split(" ")
         by_python.setdefault(python, []).append(torch)
-    parts = []
-    for python, minors in by_python.items():
-        ordered = sorted(set(minors), key=version_key)
-        groups: list[list[str]] = []
-        for m in ordered:
-            if groups and int(m.split(".")[1]) == int(groups[-1][-1].split(".")[1]) + 1:
-                groups[-1].append(m)
-            else:
-                groups.append([m])
-        text = ", ".join(g[0] if len(g) == 1 else f"{g[0]}\u2013{g[-1]}" for g in groups)
-        parts.append(f"{text} ({python})")
-    return "; ".join(parts)
+    return "; ".join(f"{release_spans(minors)} ({python})" for python, minors in by_python.items())
 
 
 def span_text(runs: list[str]) -> str:

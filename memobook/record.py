@@ -267,6 +267,19 @@ def minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
+def release_spans(minors: list[str]) -> str:
+    """``["2.8", "2.9", "2.10", "2.15"]`` -> ``2.8–2.10, 2.15``: runs of consecutive
+    minor releases joined (only where every release in between ran); repeats counted once."""
+    groups: list[list[str]] = []
+    for release in sorted(set(minors), key=version_key):
+        major, number = version_key(release)[:2]
+        if groups and version_key(groups[-1][-1])[:2] == (major, number - 1):
+            groups[-1].append(release)
+        else:
+            groups.append([release])
+    return ", ".join(g[0] if len(g) == 1 else f"{g[0]}–{g[-1]}" for g in groups)
+
+
 def version_key(version: str) -> tuple[int, ...]:
     """A version string as numbers, for sorting (``2.9.1`` before ``2.10.0``)."""
     return tuple(int(p) if p.isdigit() else 0 for p in version.split("+")[0].split("."))

@@ -49,6 +49,7 @@ from memobook.record import (
     gpu_mark,
     minor,
     read_record,
+    release_spans,
     source_digest,
 )
 
@@ -195,19 +196,6 @@ class MatrixDirective(SphinxDirective):
         return [table] + ([nodes.bullet_list("", *failures)] if failures else [])
 
 
-def _spans(minors: list[str]) -> str:
-    """``["2.8", "2.9", "2.10", "2.15"]`` -> ``2.8-2.10, 2.15``: runs of consecutive minor
-    releases joined (only where every release in between ran)."""
-    numbers = sorted(int(m.split(".")[1]) for m in minors)
-    groups: list[list[int]] = []
-    for number in numbers:
-        if groups and number == groups[-1][-1] + 1:
-            groups[-1].append(number)
-        else:
-            groups.append([number])
-    return ", ".join(f"2.{g[0]}" if len(g) == 1 else f"2.{g[0]}\u20132.{g[-1]}" for g in groups)
-
-
 def claim_releases(matrix: MatrixRecord, chapter: str, cell_id: str, digest: str) -> str:
     """Where a claim holds, from the matrix runs that ran its cell as it is now: ``torch
     2.8-2.15 on Python 3.11; 2.11, 2.15 on Python 3.12, 3.13``."""
@@ -225,7 +213,7 @@ def claim_releases(matrix: MatrixRecord, chapter: str, cell_id: str, digest: str
         return "not yet in the version matrix as it reads now"
     by_releases: dict[str, list[str]] = {}
     for python, minors in passed.items():
-        by_releases.setdefault(_spans(minors), []).append(python)
+        by_releases.setdefault(release_spans(minors), []).append(python)
     parts = [f"{spans} on Python {', '.join(p)}" for spans, p in by_releases.items()]
     text = f"holds on torch {'; '.join(parts)}" if parts else ""
     if failed:

@@ -228,10 +228,12 @@ def test_the_record_keeps_runs_per_release_and_python(tmp_path: Path) -> None:
 
 def test_the_memo_names_a_claims_releases_compactly() -> None:
     pytest.importorskip("sphinx", reason="memobook.site needs the book dependency group")
-    from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome
-    from memobook.site import _spans, claim_releases
+    from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome, release_spans
+    from memobook.site import claim_releases
 
-    assert _spans(["2.8", "2.9", "2.10", "2.15", "2.13"]) == "2.8\u20132.10, 2.13, 2.15"
+    assert (
+        release_spans(["2.8", "2.9", "2.10", "2.15", "2.13", "2.9"]) == "2.8\u20132.10, 2.13, 2.15"
+    )
     ok = Outcome(1, 0, 0)
     record = MatrixRecord()
     runs = [("2.8.0", "3.11.7", "passed", "new"), ("2.9.1", "3.11.7", "passed", "new"),
