@@ -12,14 +12,19 @@ Used by the chapter *Modules: what nn.Module is made of*:
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Iterator, Mapping, Sequence
+import operator
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.overrides import TorchFunctionMode
 
 from pytorch_memo._checks import INT64_MAX, check_ints, check_type
 from pytorch_memo._table import NamedRows, ResultTable, shape_text
@@ -161,6 +166,8 @@ def _meta_input(index: int, value: Any, dtype: torch.dtype) -> torch.Tensor:
             msg = f"{name} must be a dense (strided) tensor or a shape, got a {kind} tensor"
             raise ValueError(msg)
         return torch.empty_like(value, device="meta")
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        value = tuple(_as_index(size) for size in value)  # numpy's ints, as torch takes them
     shape = check_ints(
         name,
         value,
@@ -178,6 +185,102 @@ def _meta_input(index: int, value: Any, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
+def _as_index(size: Any) -> Any:
+    """``size`` as an int where it is an integer that is not a bool (``numpy.int64``)."""
+    if isinstance(size, int) or type(size).__name__ in ("bool", "bool_"):
+        return size
+    try:
+        return operator.index(size)
+    except TypeError:
+        return size  # refused by check_ints, with its type named
+
+
+def _check_arity(model: nn.Module, count: int) -> None:
+    """Refuse ``count`` inputs where ``model.forward`` cannot take them positionally."""
+    if model._forward_pre_hooks:  # a pre-hook may supply or change the arguments
+        return
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):  # no signature to read (a builtin)
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError as error:
+        msg = (
+            f"inputs must match {type(model).__name__}.forward{signature}, "
+            f"got {count} input{'' if count == 1 else 's'}: {error}"
+        )
+        raise TypeError(msg) from None
+
+
+# The CPU computes these only when all their tensors have one dtype; the meta device
+# does not check it (checked against the CPU in tests/test_submodules.py).
+_ONE_DTYPE = frozenset(
+    {
+        "linear", "mm", "matmul", "__matmul__", "__rmatmul__", "addmm", "mv", "addmv",
+        "addbmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+        "conv_transpose2d", "conv_transpose3d",
+    }
+)  # fmt: skip
+# These take parameters of the input's dtype, or float32 ones for a float16 or bfloat16
+# input (the CPU's mixed-dtype normalisation).
+_NORMS = frozenset({"layer_norm", "group_norm", "batch_norm", "instance_norm"})
+_REDUCED = (torch.float16, torch.bfloat16)
+
+
+def _tensor_arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    found = [(f"argument {i}", a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    found += [(f"argument {k!r}", a) for k, a in kwargs.items() if isinstance(a, torch.Tensor)]
+    return found
+
+
+class _CpuDtypes(TorchFunctionMode):
+    """Refuse the mixes of dtypes the CPU refuses and the meta device lets through."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in _ONE_DTYPE or name in _NORMS:
+            _check_dtypes(name, _tensor_arguments(args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _check_dtypes(name: str, tensors: list[tuple[str, torch.Tensor]]) -> None:
+    """Raise the CPU's refusal of ``name`` on these tensors' dtypes, as a RuntimeError."""
+    if not tensors:
+        return
+    cast = name in _ONE_DTYPE and torch.is_autocast_enabled("cpu")
+    # CPU autocast casts every floating operand but float64 to its dtype first.
+    low = torch.get_autocast_dtype("cpu") if cast else None
+
+    def dtype(tensor: torch.Tensor) -> torch.dtype:
+        plain = tensor.dtype
+        eligible = plain.is_floating_point and plain != torch.float64
+        return low if low is not None and eligible else plain
+
+    first, x = tensors[0]
+    for where, tensor in tensors[1:]:
+        if dtype(tensor) == dtype(x):
+            continue
+        mixed = name in _NORMS and x.dtype in _REDUCED
+        if mixed and tensor.dtype == torch.float32:
+            continue
+        also = " (or torch.float32)" if mixed else ""
+        under = f" under CPU autocast to {low}" if low is not None else ""
+        msg = (
+            f"{name}: {where} has dtype {tensor.dtype}, expected {dtype(x)}{also}, "
+            f"the dtype of {first}{under}: the CPU refuses this mix of dtypes "
+            "(the meta device does not check it)"
+        )
+        raise RuntimeError(msg)
+
+
 def layer_shapes(
     model: nn.Module, *inputs: Sequence[int] | torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> ShapeTable:
@@ -188,15 +291,25 @@ def layer_shapes(
     (``torch.func.functional_call``), and the inputs are ``meta`` tensors. The model's
     registered parameters and buffers are left as they were: their values and devices
     (a BatchNorm's running statistics are not updated). Whatever else ``forward`` changes
-    (a Python counter, a lazy layer kept in a plain list) is not protected. Forward
-    hooks on every registered module record each call; a module that is not registered
-    (see :func:`unregistered`) has no row.
+    is changed: a Python counter counts the call, and an output the model keeps in a
+    plain attribute is then a ``meta`` tensor. Forward hooks on every registered module
+    record each call (a call that raised, and whose error a parent caught, has no
+    output shapes); a module that is not registered (see :func:`unregistered`) has no
+    row.
+
+    The ``meta`` device checks shapes, but not every dtype the CPU refuses. This checks
+    the mixes of dtypes the CPU refuses in matrix products (``F.linear``, ``@``,
+    ``torch.mm``, ``torch.matmul``, ``addmm``...), convolutions and normalisations
+    (layer, group, batch and instance norm, which take float32 parameters for a float16
+    or bfloat16 input), under CPU autocast too. Other dtypes a CPU kernel lacks (the
+    softmax or GELU of an integer tensor) are not checked.
 
     Args:
         model: the model; in training or evaluation mode, as it will run.
         inputs: one per positional argument of ``model``'s ``forward``: a shape such as
-            ``(4, 3, 32, 32)`` (a tensor of ``dtype`` is made), or a tensor, whose shape
-            and dtype are used (its values are not).
+            ``(4, 3, 32, 32)`` (a tensor of ``dtype`` is made; its sizes are ints, or
+            integers such as ``numpy.int64``), or a tensor, whose shape and dtype are
+            used (its values are not).
         dtype: the dtype of the inputs given as shapes (``torch.long`` for token ids).
 
     Returns:
@@ -204,11 +317,13 @@ def layer_shapes(
 
     Raises:
         TypeError: ``model`` is not a module, an input is neither a shape nor a tensor,
-            or ``dtype`` is not a ``torch.dtype``.
+            ``dtype`` is not a ``torch.dtype``, or ``model.forward`` does not take as
+            many inputs as were given.
         ValueError: a size is negative, or ``model`` holds parameters not materialised
             yet (a lazy module before its first call).
-        LayerShapeError: a module raised; the error names the innermost module running
-            at the time and the shapes it was called with, and holds the rows so far.
+        LayerShapeError: a module raised, or would raise on the CPU for its dtypes; the
+            error names the module that raised (the innermost one the error passed
+            through) and the shapes it was called with, and holds the rows so far.
 
     Example:
         >>> from torch import nn
@@ -228,24 +343,44 @@ def layer_shapes(
     check_type("dtype", dtype, torch.dtype, "a torch.dtype")
     _check_materialised("model", model)
     args = tuple(_meta_input(i, value, dtype) for i, value in enumerate(inputs))
+    _check_arity(model, len(args))
 
     names = {id(m): n for n, m in model.named_modules()}
     counts = {id(m): sum(p.numel() for p in m.parameters()) for m in model.modules()}
     rows: list[LayerShape] = []
-    running: list[int] = []  # indices into rows of the calls not finished yet
+    running: list[tuple[int, int]] = []  # (module id, row index) of the calls not ended
+    raised: list[tuple[int, BaseException | None]] = []  # (row index, error) of failed calls
 
     def before(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         shapes = (*_tensor_shapes(args), *_tensor_shapes(kwargs))
         key = id(module)
         rows.append(LayerShape(names[key], type(module).__name__, shapes, None, counts[key]))
-        running.append(len(rows) - 1)
+        running.append((key, len(rows) - 1))
 
-    def after(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        index = running.pop()
-        row = rows[index]
-        rows[index] = LayerShape(
-            row.name, row.type, row.inputs, tuple(_tensor_shapes(output)), row.parameters
-        )
+    def own_call(module: nn.Module) -> int | None:
+        """The position in ``running`` of the innermost call of ``module`` not ended."""
+        for place in range(len(running) - 1, -1, -1):
+            if running[place][0] == id(module):
+                return place
+        return None
+
+    def returned(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        place = own_call(module)  # runs only when the call returned
+        if place is not None:
+            index = running[place][1]
+            row = rows[index]
+            rows[index] = LayerShape(
+                row.name, row.type, row.inputs, tuple(_tensor_shapes(output)), row.parameters
+            )
+
+    def ended(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        place = own_call(module)  # always_call: runs when the call raised too
+        if place is None:
+            return
+        index = running[place][1]
+        del running[place:]
+        if rows[index].outputs is None:  # it raised: note the error passing through it
+            raised.append((index, sys.exc_info()[1]))
 
     # Each tensor once, under all its names: tied weights stay tied.
     meta: dict[int, torch.Tensor] = {}
@@ -262,12 +397,17 @@ def layer_shapes(
     try:
         for module in model.modules():
             handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
-            handles.append(module.register_forward_hook(after, with_kwargs=True))
-        functional_call(model, state, args)
+            handles.append(module.register_forward_hook(returned, with_kwargs=True))
+            handles.append(module.register_forward_hook(ended, with_kwargs=True, always_call=True))
+        with _CpuDtypes():
+            functional_call(model, state, args)
     except Exception as error:
-        if not running:
+        # The first call the escaping error passed through is the module that raised it
+        # (a layer's error that its parent caught does not escape).
+        failed = next((index for index, seen in raised if seen is error), None)
+        if failed is None:
             raise
-        raise _refusal(rows[running[-1]], ShapeTable(tuple(rows)), error) from error
+        raise _refusal(rows[failed], ShapeTable(tuple(rows)), error) from error
     finally:
         for handle in handles:
             handle.remove()
@@ -317,11 +457,13 @@ class HiddenTable(NamedRows[HiddenItem], ResultTable):
     def _note(self) -> tuple[str, str]:
         if self.rows:
             return "", ""
-        text = "nothing hidden: every module and parameter found is registered"
+        text = f"nothing hidden in the {SEARCHED} of the modules' attributes"
         return text, f"<p>{text}</p>"
 
 
-_CONTAINERS = (list, tuple, dict, set, frozenset)
+_CONTAINERS = (list, tuple, deque, dict, set, frozenset)
+SEARCHED = "lists, tuples, deques, dict values, sets and frozensets"
+"""The containers :func:`unregistered` looks inside; any other object it does not open."""
 
 
 def _bare_module_attributes() -> frozenset[str]:
@@ -334,7 +476,7 @@ def _contents(path: str, value: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(value, dict):
         for key, item in value.items():
             yield f"{path}[{key!r}]", item
-    elif isinstance(value, list | tuple):
+    elif isinstance(value, list | tuple | deque):
         for index, item in enumerate(value):
             yield f"{path}[{index}]", item
     else:
@@ -349,16 +491,20 @@ def unregistered(model: nn.Module) -> HiddenTable:
     attributes; one inside a ``list``, ``tuple``, ``dict`` or ``set`` attribute is not
     registered, and ``parameters()`` (so the optimizer), ``state_dict()``, ``.to()``,
     ``train()``/``eval()`` and ``print(model)`` all skip it. This walks every registered
-    module's attributes and the containers in them (nested ones too) and lists what it
-    finds there that the model does not register anywhere. Keeping references to
-    registered layers in a plain list is harmless and not listed.
+    module's attributes and the containers in them (nested ones too: lists, tuples,
+    deques, the values of dicts, sets and frozensets; not other objects, such as a
+    ``SimpleNamespace``, nor the keys of a dict) and lists what it finds there that the
+    model does not register anywhere. A hidden module is searched in turn: what its own
+    plain containers hold gets rows of its own (``held[0].blocks[0]``). Keeping
+    references to registered layers in a plain list is harmless and not listed.
 
     Args:
         model: the model to inspect.
 
     Returns:
-        A :class:`HiddenTable`, empty when nothing is hidden; it prints as a text table
-        (an HTML table in Jupyter).
+        A :class:`HiddenTable`, empty when nothing is hidden in the containers searched;
+        it prints as a text table (an HTML table in Jupyter). Each hidden parameter is
+        counted in one row, so the rows add up to the scalars torch does not see.
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
@@ -378,8 +524,8 @@ def unregistered(model: nn.Module) -> HiddenTable:
     """
     check_type("model", model, nn.Module, "a torch.nn.Module")
     _check_materialised("model", model)
-    known_modules = {id(m) for m in model.modules()}
-    known_parameters = {id(p) for p in model.parameters()}
+    covered = {id(m) for m in model.modules()}  # registered, or under a row already
+    counted = {id(p) for p in model.parameters()}  # seen by torch, or in a row already
     bare = _bare_module_attributes()
     found: list[HiddenItem] = []
     seen: set[int] = set()
@@ -394,28 +540,36 @@ def unregistered(model: nn.Module) -> HiddenTable:
             raise ValueError(msg)
         return sum(p.numel() for p in parameters)
 
-    def walk(path: str, value: Any) -> None:
+    def attributes(root: str, module: nn.Module) -> list[tuple[str, Any]]:
+        """The attributes of ``module`` and of its submodules, with their paths."""
+        items = []
+        for prefix, inner in module.named_modules(prefix=root):
+            dot = prefix + "." if prefix else ""
+            items += [(dot + a, v) for a, v in vars(inner).items() if a not in bare]
+        return items
+
+    # Depth first, without recursion (a deep nest of lists must not overflow the stack).
+    pending = list(reversed(attributes("", model)))
+    while pending:
+        path, value = pending.pop()
         if id(value) in seen:
-            return
+            continue
         if isinstance(value, nn.Module):
             seen.add(id(value))
-            if id(value) not in known_modules:
-                hidden = [p for p in value.parameters() if id(p) not in known_parameters]
+            if id(value) not in covered:
+                hidden = [p for p in value.parameters() if id(p) not in counted]
                 found.append(HiddenItem(path, "module", type(value).__name__, size(path, hidden)))
+                covered.update(id(m) for m in value.modules())
+                counted.update(id(p) for p in hidden)
+                pending += reversed(attributes(path, value))  # its own plain containers
         elif isinstance(value, nn.Parameter):
             seen.add(id(value))
-            if id(value) not in known_parameters:
+            if id(value) not in counted:
                 found.append(
                     HiddenItem(path, "parameter", type(value).__name__, size(path, [value]))
                 )
+                counted.add(id(value))
         elif isinstance(value, _CONTAINERS):
             seen.add(id(value))
-            for item_path, item in _contents(path, value):
-                walk(item_path, item)
-
-    for prefix, module in model.named_modules():
-        dot = prefix + "." if prefix else ""
-        for attribute, value in vars(module).items():
-            if attribute not in bare:
-                walk(dot + attribute, value)
+            pending += reversed(list(_contents(path, value)))
     return HiddenTable(tuple(found))

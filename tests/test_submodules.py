@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import types
 from typing import Any
 
 import pytest
@@ -38,19 +39,23 @@ def real_calls(model: nn.Module, *inputs: torch.Tensor) -> list[tuple[Any, ...]]
     pass on the CPU, in call order: what layer_shapes must find on meta."""
     names = {id(m): n for n, m in model.named_modules()}
     calls: list[list[Any]] = []
-    running: list[int] = []
+    running: list[int] = []  # a call's row stays None when the call raised
 
     def before(module: nn.Module, args: Any, kwargs: Any) -> None:
         calls.append([names[id(module)], (*_shapes(args), *_shapes(kwargs)), None])
         running.append(len(calls) - 1)
 
     def after(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        calls[running.pop()][2] = _shapes(output)
+        calls[running[-1]][2] = _shapes(output)
+
+    def close(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        running.pop()  # always_call: after a call that raised too
 
     handles = []
     for module in model.modules():
         handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
         handles.append(module.register_forward_hook(after, with_kwargs=True))
+        handles.append(module.register_forward_hook(close, with_kwargs=True, always_call=True))
     try:
         model(*inputs)
     finally:
@@ -198,8 +203,12 @@ def test_a_refusing_layer_is_named_and_the_model_left_alone() -> None:
 
 
 def test_an_error_outside_the_layers_names_the_model() -> None:
-    with pytest.raises(LayerShapeError, match=r"^the model \(Linear\) raised on input shapes -"):
-        layer_shapes(nn.Linear(2, 2))  # forward() missing its input
+    class Forgets(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cat(x)  # type: ignore[arg-type]  # a tensor, not a sequence
+
+    with pytest.raises(LayerShapeError, match=r"^the model \(Forgets\) raised on input shapes"):
+        layer_shapes(Forgets(), (2,))
 
     class ReadsValues(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -368,4 +377,198 @@ def test_an_empty_table_says_so() -> None:
     table = unregistered(nn.Linear(2, 2))
     assert isinstance(table, HiddenTable)
     assert len(table) == 0
-    assert str(table).endswith("nothing hidden: every module and parameter found is registered")
+    assert str(table).endswith(
+        "nothing hidden in the lists, tuples, deques, dict values, sets and frozensets of "
+        "the modules' attributes"
+    )
+    namespace = Holder(extra=types.SimpleNamespace(head=nn.Linear(2, 2)))
+    assert len(unregistered(namespace)) == 0  # not searched: the note names what is
+
+
+# -- layer_shapes: a layer's error caught by its parent, dtypes, the inputs ---------------
+
+
+class Fallback(nn.Module):
+    """Tries a layer built for 8 features, falls back to one built for 4."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Linear(8, 2)
+        self.narrow = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            out: torch.Tensor = self.wide(x)
+        except RuntimeError:
+            out = self.narrow(x)
+        return out
+
+
+def test_a_layer_error_its_parent_catches_leaves_the_other_rows_right() -> None:
+    model = nn.Sequential(Fallback(), nn.ReLU())
+    assert model(torch.ones(3, 4)).shape == (3, 2)  # the CPU runs it
+    table = check_against_a_real_run(model, torch.ones(3, 4))
+    assert [(r.name, r.inputs, r.outputs) for r in table] == [
+        ("", ((3, 4),), ((3, 2),)),
+        ("0", ((3, 4),), ((3, 2),)),
+        ("0.wide", ((3, 4),), None),  # it raised
+        ("0.narrow", ((3, 4),), ((3, 2),)),
+        ("1", ((3, 2),), ((3, 2),)),
+    ]
+
+
+def test_an_error_raised_by_the_parent_after_catching_names_the_parent() -> None:
+    class GivesUp(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wide = nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            try:
+                out: torch.Tensor = self.wide(x)
+            except RuntimeError:
+                raise ValueError("no layer fits") from None
+            return out
+
+    model = nn.Sequential(nn.Identity(), GivesUp())
+    with pytest.raises(ValueError, match="no layer fits"):
+        model(torch.ones(3, 4))
+    with pytest.raises(LayerShapeError, match=r"^layer '1' \(GivesUp\) raised .*no layer fits"):
+        layer_shapes(model, (3, 4))
+
+    class Reraises(nn.Module):  # the layer's own error passes through: the layer is named
+        def __init__(self) -> None:
+            super().__init__()
+            self.wide = nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            try:
+                out: torch.Tensor = self.wide(x)
+            except RuntimeError:
+                self.failures = getattr(self, "failures", 0) + 1  # noted, then passed on
+                raise
+            return out
+
+    with pytest.raises(LayerShapeError, match=r"^layer 'wide' \(Linear\) raised"):
+        layer_shapes(Reraises(), (3, 4))
+
+
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+class Functional(nn.Module):
+    """One functional call on the input and a parameter of the given dtype."""
+
+    def __init__(self, kind: str, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.kind = kind
+        shape = {"linear": (4, 3), "matmul": (3, 4), "conv2d": (2, 3, 1, 1)}.get(kind, (3,))
+        self.weight = nn.Parameter(torch.ones(shape, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if self.kind == "linear":
+            return nn.functional.linear(x, w)
+        if self.kind == "matmul":
+            return x @ w
+        if self.kind == "conv2d":
+            return nn.functional.conv2d(x, w)
+        if self.kind == "layer_norm":
+            return nn.functional.layer_norm(x, (3,), w)
+        if self.kind == "group_norm":
+            return nn.functional.group_norm(x, 1, w)
+        return nn.functional.batch_norm(x, w.detach(), w.detach(), w, training=False)
+
+
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "kind", ["linear", "matmul", "conv2d", "layer_norm", "group_norm", "batch"]
+)
+def test_dtypes_the_cpu_refuses_are_refused_and_only_those(
+    kind: str, autocast: torch.dtype | None
+) -> None:
+    shape = (2, 3, 4, 4) if kind == "conv2d" else (2, 3)
+    for inner, outer in itertools.product([*FLOATS, torch.int64], FLOATS):
+        model = Functional(kind, outer)
+        x = torch.ones(shape, dtype=inner)
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=bool(autocast)):
+            try:
+                model(x)
+            except (RuntimeError, NotImplementedError):
+                cpu_runs = False
+            else:
+                cpu_runs = True
+            if cpu_runs:
+                assert layer_shapes(model, x)[""].outputs is not None, (inner, outer)
+                continue
+            with pytest.raises(LayerShapeError, match=r"dtype") as caught:
+                layer_shapes(model, x)
+        message = str(caught.value)
+        assert "expected" in message
+        assert "the CPU refuses this mix of dtypes" in message
+        assert str(outer) in message, message
+
+
+def test_a_float64_model_given_float32_is_refused_naming_both_dtypes() -> None:
+    model = nn.Sequential(nn.Linear(4, 2).double())
+    with pytest.raises(RuntimeError, match="same dtype"):
+        model(torch.ones(2, 4))  # the CPU
+    with pytest.raises(LayerShapeError, match=r"^layer '0' \(Linear\) raised on input shapes"):
+        layer_shapes(model, (2, 4))
+    with pytest.raises(LayerShapeError, match=r"torch.int64"):
+        layer_shapes(nn.Linear(3, 2), (2, 3), dtype=torch.long)
+    assert layer_shapes(model, (2, 4), dtype=torch.float64)[""].outputs == ((2, 2),)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # casts float32, not float64
+        with pytest.raises(RuntimeError, match="same dtype"):
+            model(torch.ones(2, 4))
+        with pytest.raises(LayerShapeError, match=r"under CPU autocast to torch.bfloat16"):
+            layer_shapes(model, (2, 4))
+        single = nn.Linear(4, 2)
+        assert single(torch.ones(2, 4, dtype=torch.float16)).dtype == torch.bfloat16
+        assert layer_shapes(single, (2, 4), dtype=torch.float16)[""].outputs == ((2, 2),)
+
+
+def test_numpy_ints_in_a_shape_are_sizes_as_torch_takes_them() -> None:
+    np = pytest.importorskip("numpy")
+    shape = (np.int64(2), np.int32(3))
+    assert torch.empty(shape).shape == (2, 3)
+    assert layer_shapes(nn.Linear(3, 2), shape)[""].inputs == ((2, 3),)
+    with pytest.raises(TypeError, match=r"inputs\[0\]\[0\] must be an int, got bool"):
+        layer_shapes(nn.Linear(3, 2), (np.bool_(True), 3))
+
+
+def test_too_few_or_too_many_inputs_are_the_caller_s_mistake() -> None:
+    with pytest.raises(TypeError, match=r"^inputs must match Linear\.forward\(input"):
+        layer_shapes(nn.Linear(2, 2))
+    with pytest.raises(TypeError, match=r"got 2 inputs: too many positional arguments"):
+        layer_shapes(nn.Linear(2, 2), (1, 2), (1, 2))
+    assert layer_shapes(TwoInputs(), (1, 3), (1, 3))[""].outputs == ((1, 2), (1,))
+
+
+# -- unregistered: inside hidden modules, other containers --------------------------------
+
+
+def test_the_plain_list_of_a_hidden_module_is_searched_and_counted() -> None:
+    blocks, own = [nn.Linear(2, 2), nn.Linear(2, 2)], nn.Linear(3, 1)
+    model = Holder(held=[Holder(own=own, blocks=blocks)])  # own: registered in the hidden one
+    table = unregistered(model)
+    assert [(r.name, r.kind, r.type, r.parameters) for r in table] == [
+        ("held[0]", "module", "Holder", 4),
+        ("held[0].blocks[0]", "module", "Linear", 6),
+        ("held[0].blocks[1]", "module", "Linear", 6),
+    ]
+    twin = Holder(held=nn.ModuleList([Holder(own=own, blocks=nn.ModuleList(blocks))]))
+    total = sum(p.numel() for p in twin.parameters())
+    assert sum(r.parameters for r in table) == total - sum(p.numel() for p in model.parameters())
+
+
+def test_a_deque_is_searched_and_deep_nesting_ends() -> None:
+    from collections import deque
+
+    assert [r.name for r in unregistered(Holder(queue=deque([nn.Linear(2, 2)])))] == ["queue[0]"]
+    deep: Any = nn.Linear(2, 2)
+    for _ in range(5000):
+        deep = [deep]
+    (row,) = unregistered(Holder(deep=deep))
+    assert row.name.startswith("deep[0][0]")
+    assert row.parameters == 6
