@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from pytorch_memo import submodules
 from pytorch_memo.submodules import (
     HiddenTable,
     LayerShapeError,
@@ -572,3 +573,53 @@ def test_a_deque_is_searched_and_deep_nesting_ends() -> None:
     (row,) = unregistered(Holder(deep=deep))
     assert row.name.startswith("deep[0][0]")
     assert row.parameters == 6
+
+
+def _operands(name: str, first: torch.dtype, second: torch.dtype, device: str) -> Any:
+    """A call of ``name`` whose operands have the dtypes ``first`` and ``second``."""
+
+    def t(*shape: int, dtype: torch.dtype = first) -> torch.Tensor:
+        return torch.ones(shape, dtype=dtype, device=device)
+
+    F = nn.functional
+    calls = {
+        "linear": lambda: F.linear(t(2, 3), t(4, 3, dtype=second)),
+        "mm": lambda: torch.mm(t(2, 3), t(3, 4, dtype=second)),
+        "matmul": lambda: torch.matmul(t(2, 3), t(3, 4, dtype=second)),
+        "__matmul__": lambda: t(2, 3) @ t(3, 4, dtype=second),
+        "__rmatmul__": lambda: t(3, 4, dtype=second).__rmatmul__(t(2, 3)),
+        "addmm": lambda: torch.addmm(t(2, 4), t(2, 3), t(3, 4, dtype=second)),
+        "mv": lambda: torch.mv(t(2, 3), t(3, dtype=second)),
+        "addmv": lambda: torch.addmv(t(2), t(2, 3), t(3, dtype=second)),
+        "addbmm": lambda: torch.addbmm(t(2, 4), t(5, 2, 3), t(5, 3, 4, dtype=second)),
+        "baddbmm": lambda: torch.baddbmm(t(5, 2, 4), t(5, 2, 3), t(5, 3, 4, dtype=second)),
+        "conv1d": lambda: F.conv1d(t(1, 2, 5), t(3, 2, 3, dtype=second)),
+        "conv2d": lambda: F.conv2d(t(1, 2, 5, 5), t(3, 2, 3, 3, dtype=second)),
+        "conv3d": lambda: F.conv3d(t(1, 2, 5, 5, 5), t(3, 2, 3, 3, 3, dtype=second)),
+        "conv_transpose1d": lambda: F.conv_transpose1d(t(1, 2, 5), t(2, 3, 3, dtype=second)),
+        "conv_transpose2d": lambda: F.conv_transpose2d(t(1, 2, 5, 5), t(2, 3, 3, 3, dtype=second)),
+        "conv_transpose3d": lambda: F.conv_transpose3d(
+            t(1, 2, 5, 5, 5), t(2, 3, 3, 3, 3, dtype=second)
+        ),
+    }
+    assert set(calls) == set(submodules._ONE_DTYPE)  # every name the helper checks
+    return calls[name]()
+
+
+@pytest.mark.parametrize("name", sorted(submodules._ONE_DTYPE))
+def test_every_one_dtype_function_is_refused_mixed_as_the_cpu_refuses_it(name: str) -> None:
+    class Calls(nn.Module):
+        def __init__(self, second: torch.dtype) -> None:
+            super().__init__()
+            self.second = second
+
+        def forward(self, x: torch.Tensor) -> Any:
+            return _operands(name, x.dtype, self.second, x.device.type)
+
+    with pytest.raises(RuntimeError, match=r"dtype|scalar type"):
+        _operands(name, torch.float32, torch.float64, "cpu")
+    refused = r"argument \d has dtype torch.float(32|64), expected torch.float(64|32)"
+    with pytest.raises(LayerShapeError, match=refused):
+        layer_shapes(Calls(torch.float64), (1,))
+    _operands(name, torch.float64, torch.float64, "cpu")
+    assert layer_shapes(Calls(torch.float64), (1,), dtype=torch.float64)[""].outputs
