@@ -1,7 +1,5 @@
 """What a model's submodules do with shapes, and which of them torch cannot see.
 
-Used by the chapter *Modules: what nn.Module is made of*:
-
 - :func:`layer_shapes` runs a model on the ``meta`` device (shapes, no data, no memory)
   and lists the input and output shapes of every registered module it calls; when a
   layer refuses its input, the error names that layer.
