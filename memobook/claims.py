@@ -42,6 +42,7 @@ a notebook; the claims test fails on any. The site's memo page lists every claim
 from __future__ import annotations
 
 import ast
+import itertools
 import operator
 import re
 from collections.abc import Callable, Iterator
@@ -435,36 +436,48 @@ def branch_problems(cell: dict[str, Any], where: str, torch_versions: list[str])
     return problems
 
 
-_RELEASE = r"(?:torch |PyTorch |release |releases |version |versions )?(2\.\d+)(?:\.\d+)?(?!\d)"
-_RANGES = (
-    # "from 2.8 to 2.15", "2.8 to 2.15", "2.8-2.15", "2.8 through 2.13"
-    (
-        re.compile(
-            rf"(?:from |between )?{_RELEASE}\s*(?:-|–|to|through|until|and)\s*{_RELEASE}",
-            re.IGNORECASE,
-        ),
-        "both",
-    ),
-    # "since 2.9", "as of 2.9", "2.9 and later", "2.9 onwards", "2.9+"
-    (
-        re.compile(
-            rf"(?:since|as of|starting with|from) {_RELEASE}(?! ?(?:-|–|to |through |until |and ))",
-            re.IGNORECASE,
-        ),
-        "from",
-    ),
-    (
-        re.compile(
-            rf"{_RELEASE}(?: and| or)? (?:later|newer|above|onwards|onward|on)\b", re.IGNORECASE
-        ),
-        "from",
-    ),
-    (re.compile(rf"{_RELEASE}\+", re.IGNORECASE), "from"),
-    # "up to 2.14", "until 2.13", "through 2.13", "2.13 and earlier", "before 2.10"
-    (re.compile(rf"(?:up to|until|till|through|up through) {_RELEASE}", re.IGNORECASE), "to"),
-    (re.compile(rf"{_RELEASE}(?: and| or) (?:earlier|older|before|below)\b", re.IGNORECASE), "to"),
-    (re.compile(rf"(?:before|prior to|below|older than) {_RELEASE}", re.IGNORECASE), "below"),
+_NAMED = r"(?:(?:torch|pytorch|releases?|versions?)\s+)?"
+"""What may stand between a range's words and a release: ``from torch 2.9``."""
+_MENTION = re.compile(r"(?<![\w.])2\.(\d+)(?:\.\d+)*(?![\w.]*\d)")
+"""A torch release in a sentence: ``2.9``, ``2.9.1``, ``2.15.0+cu132``; its minor number."""
+_SPAN = re.compile(
+    rf"\s*(?:-|–|—|to|through|thru|until|till)\s+{_NAMED}|\s*[-–—]\s*", re.IGNORECASE
 )
+"""What joins the two ends of a range: ``2.8 to 2.15``, ``2.8-2.15``, ``2.8–2.15``."""
+_BETWEEN = re.compile(rf"\bbetween\s+{_NAMED}$", re.IGNORECASE)
+_AND = re.compile(rf"\s+and\s+{_NAMED}", re.IGNORECASE)
+_FROM = re.compile(rf"\bfrom\s+{_NAMED}$", re.IGNORECASE)
+
+
+def _words_before(words: str) -> re.Pattern[str]:
+    return re.compile(rf"\b(?:{words})\s+{_NAMED}$", re.IGNORECASE)
+
+
+def _words_after(words: str) -> re.Pattern[str]:
+    return re.compile(rf"^(?:{words})", re.IGNORECASE)
+
+
+_OPEN_ENDS = (
+    # to the newest release: "since 2.9", "from torch 2.9 on", "as of 2.9",
+    # "2.12 and later", "2.14 or later", "2.9 onwards", "2.9+"
+    (_words_before("since|from|as of|starting (?:with|at|from)|beginning with"), "from"),
+    (
+        _words_after(
+            r"\s+(?:and|or)\s+(?:later|newer|above|up|after)\b|\s+onwards?\b|\+(?![\w.])"
+            r"|\s+on(?=\s*(?:[,.;:)]|$))"
+        ),
+        "from",
+    ),
+    # from the release after: "after 2.9", "newer than 2.9"
+    (_words_before("after|above|newer than|later than"), "after"),
+    # from the floor: "up to 2.14", "until 2.13", "through 2.13", "2.13 and earlier"
+    (_words_before("up to|up until|up through|until|till|through"), "to"),
+    (_words_after(r"\s+(?:and|or)\s+(?:earlier|older|before|below|lower)\b"), "to"),
+    # from the floor to the release before: "before 2.10", "older than 2.10"
+    (_words_before("before|prior to|below|older than|earlier than"), "below"),
+)
+"""The words that make one release the end of an open range, read before it (patterns
+ending in ``$``) or after it (patterns starting with ``^``), with the range they make."""
 
 
 def _minor_number(text: str) -> int:
@@ -473,31 +486,58 @@ def _minor_number(text: str) -> int:
 
 def release_ranges(text: str, floor: str, newest: str) -> list[tuple[str, int, int]]:
     """The ranges of torch releases a sentence names: ``(phrase, low, high)`` minor
-    numbers of 2.x, ``floor`` and ``newest`` standing for the open ends."""
-    found: list[tuple[str, int, int]] = []
-    taken: list[tuple[int, int]] = []
-    for pattern, kind in _RANGES:
-        for match in pattern.finditer(text):
-            if any(start <= match.start() < end for start, end in taken):
+    numbers of 2.x, ``floor`` and ``newest`` standing for the open ends, in order.
+
+    Every release the sentence names is read, so a list mixing single releases and ranges
+    ("on 2.8 and 2.10 to 2.15") gives its range. Two releases joined by "to", "through",
+    "until" or a dash are a range ("from 2.8 to 2.15", "2.8-2.15"), and so are two joined
+    by "and" after "between"; "2.8 and 2.15" lists two releases. A release alone is the
+    end of an open range when words before or after it say so (:data:`_OPEN_ENDS`):
+    "since 2.9", "from 2.9 on", "2.12 and later", "until 2.13", "up to 2.14", "before 2.10".
+    """
+    mentions = list(_MENTION.finditer(text))
+    found: list[tuple[int, str, int, int]] = []
+    paired: set[int] = set()
+    for index, (first, second) in enumerate(itertools.pairwise(mentions)):
+        between = text[first.end() : second.start()]
+        before = text[: first.start()]
+        opening = _BETWEEN.search(before)
+        if not (_SPAN.fullmatch(between) or (opening and _AND.fullmatch(between))):
+            continue
+        low, high = int(first.group(1)), int(second.group(1))
+        if high <= low:
+            continue
+        start = opening.start() if opening else _phrase_start(before, first.start())
+        found.append((start, text[start : second.end()], low, high))
+        paired |= {index, index + 1}
+    low_end, high_end = _minor_number(floor), _minor_number(newest)
+    for index, mention in enumerate(mentions):
+        if index in paired:
+            continue
+        before, after = text[: mention.start()], text[mention.end() :]
+        number = int(mention.group(1))
+        for pattern, kind in _OPEN_ENDS:
+            reads_before = pattern.pattern.endswith("$")
+            hit = pattern.search(before) if reads_before else pattern.match(after)
+            if hit is None:
                 continue
-            groups = [g for g in match.groups() if g]
-            if kind == "both":
-                low, high = _minor_number(groups[0]), _minor_number(groups[1])
-                if high <= low:  # "2.8 and 2.11" lists two releases, not a range
-                    continue
-                if re.search(r"\band\b", match.group(), re.IGNORECASE) and not re.match(
-                    r"between", match.group(), re.IGNORECASE
-                ):
-                    continue
-            elif kind == "from":
-                low, high = _minor_number(groups[0]), _minor_number(newest)
-            elif kind == "to":
-                low, high = _minor_number(floor), _minor_number(groups[0])
-            else:  # below
-                low, high = _minor_number(floor), _minor_number(groups[0]) - 1
-            taken.append((match.start(), match.end()))
-            found.append((match.group().strip(), low, high))
-    return found
+            start = hit.start() if reads_before else mention.start()
+            end = mention.end() if reads_before else mention.end() + hit.end()
+            low, high = {
+                "from": (number, high_end),
+                "after": (number + 1, high_end),
+                "to": (low_end, number),
+                "below": (low_end, number - 1),
+            }[kind]
+            found.append((start, text[start:end], low, high))
+            break
+    return [(" ".join(phrase.split()), low, high) for _, phrase, low, high in sorted(found)]
+
+
+def _phrase_start(before: str, default: int) -> int:
+    """Where a range's phrase starts: at its "from" (``from torch 2.8 to 2.15``)."""
+    opening = _FROM.search(before)
+    return opening.start() if opening else default
 
 
 def range_problems(text: str, where: str, ran: set[str], floor: str, newest: str) -> list[str]:

@@ -191,6 +191,15 @@ def _scope(*cells: Any, ran: tuple[str, ...] = ("2.8.0", "2.11.0", "2.15.0")) ->
         ("Before 2.10 it raised.", "2.9"),
         ("Torch 2.12 and later warn.", "2.12"),
         ("Torch 2.9 and earlier raise.", "2.9"),
+        # a list mixing a single release with a range: the range is read too
+        ("It raises on torch 2.8 and 2.10 to 2.15.", "2.10"),
+        ("It warns on 2.9 and 2.11 to 2.15.", "2.12"),
+        ("It holds on torch 2.8, 2.9 and 2.11 to 2.14.", "2.12"),
+        ("A DeprecationWarning on 2.8, a FutureWarning from 2.11 to 2.15.", "2.12"),
+        ("It holds on 2.8–2.12.", "2.9"),
+        ("From torch 2.9 on it warns.", "2.9"),
+        ("Torch 2.14 or later warns.", "2.14"),
+        ("Between 2.9 and 2.11 it warned.", "2.9"),
     ],
 )
 def test_6a_a_range_of_releases_the_matrix_did_not_run_fails(sentence: str, missing: str) -> None:
@@ -207,11 +216,36 @@ def test_6a_a_range_of_releases_the_matrix_did_not_run_fails(sentence: str, miss
         "Since 2.14 it warns.",
         "Torch 2.8 and 2.15 agree.",  # two releases, not a range
         "It changed in 2.15.",
+        "It raises on torch 2.8 and 2.10 to 2.11.",
+        "It runs on 2.11 on Python 3.12 and on 2.15 on Python 3.13.",
+        "The folder is named `torch-2.15.0-py311-cu132`.",
     ],
 )
 def test_6a_releases_named_or_fully_run_pass(sentence: str) -> None:
     ran = ("2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.14.1", "2.15.0")
     assert _scope(_markdown(sentence), _code(f"# Claim: {sentence}\n{GOOD}"), ran=ran) == []
+
+
+@pytest.mark.parametrize(
+    ("sentence", "ranges"),
+    [
+        ("on torch 2.8 and 2.10 to 2.15", [("2.10 to 2.15", 10, 15)]),
+        ("on 2.8, 2.9 and 2.11 to 2.15; 2.10.0 builds it", [("2.11 to 2.15", 11, 15)]),
+        (
+            "a DeprecationWarning from torch 2.10 to 2.13 and a FutureWarning from 2.14 to 2.15",
+            [("from torch 2.10 to 2.13", 10, 13), ("from 2.14 to 2.15", 14, 15)],
+        ),
+        ("torch 2.8 to 2.14 refuse it; from 2.15 on it runs", [("2.8 to 2.14", 8, 14), ("from 2.15", 15, 15)]),
+        ("on 2.8-2.12 and 2.13–2.15", [("2.8-2.12", 8, 12), ("2.13–2.15", 13, 15)]),
+        ("since 2.9, until 2.13, up to 2.14, before 2.10", [("since 2.9", 9, 15), ("until 2.13", 8, 13), ("up to 2.14", 8, 14), ("before 2.10", 8, 9)]),
+        ("2.12 and later, 2.14 or later, 2.9+, 2.9 and earlier", [("2.12 and later", 12, 15), ("2.14 or later", 14, 15), ("2.9+", 9, 15), ("2.9 and earlier", 8, 9)]),
+        ("between torch 2.9 and 2.11", [("between torch 2.9 and 2.11", 9, 11)]),
+        ("on 2.8 and 2.15; 2.10.0 and 2.15.0+cu132; `torch-2.15.0-py311`", []),
+        ("on 2.11 on Python 3.12", []),
+    ],
+)  # fmt: skip
+def test_6a_every_range_form_is_read(sentence: str, ranges: list[tuple[str, int, int]]) -> None:
+    assert rules.release_ranges(sentence, "2.8", "2.15") == ranges
 
 
 def test_6a_history_in_a_context_cell_is_not_a_claim() -> None:
