@@ -334,10 +334,7 @@ def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> lis
                 change = Change(
                     chapter.name, chapter.docname, cell_id, claims[0], f"if {branch.test}"
                 )
-                for run in record.sorted_runs():
-                    outcome = run.claims.get(chapter.name, {}).get(cell_id)
-                    if outcome is None or outcome.source != digest:
-                        continue
+                for run, outcome in record.cell_runs(chapter.name, cell_id, digest):
                     if index < len(outcome.branches):
                         side = outcome.branches[index]
                         runs = change.then_runs if side == "then" else change.else_runs
@@ -470,9 +467,8 @@ def deprecations(root: Path | None = None, matrix: MatrixRecord | None = None) -
                 began=dated.get((chapter.name, cell_id), ""),
             )  # fmt: skip
             digest = source_digest(source)
-            for run in record.sorted_runs():
-                outcome = run.claims.get(chapter.name, {}).get(cell_id)
-                if outcome is not None and outcome.source == digest and outcome.outcome == "passed":
+            for run, outcome in record.cell_runs(chapter.name, cell_id, digest):
+                if outcome.outcome == "passed":
                     entry.runs.append(_run_name(run.torch, run.python))
             found.append(entry)
     return found

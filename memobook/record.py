@@ -410,6 +410,20 @@ class MatrixRecord:
             self.runs.values(), key=lambda r: (version_key(minor(r.python)), version_key(r.torch))
         )
 
+    def cell_runs(
+        self, chapter: str, cell_id: str, digest: str
+    ) -> list[tuple[MatrixRun, ClaimOutcome]]:
+        """The runs that ran a claim cell as it reads now, with the cell's outcome in each,
+        in :meth:`sorted_runs` order: those that recorded ``digest`` (the
+        :func:`source_digest` of the cell's source) for it. A run of the cell before its
+        code last changed is not the cell's."""
+        found = []
+        for run in self.sorted_runs():
+            outcome = run.claims.get(chapter, {}).get(cell_id)
+            if outcome is not None and outcome.source == digest:
+                found.append((run, outcome))
+        return found
+
     def torch_minors(self) -> set[str]:
         """The minor releases of torch (``2.9``) that some run checked."""
         return {minor(run.torch) for run in self.runs.values()}

@@ -201,10 +201,7 @@ def claim_releases(matrix: MatrixRecord, chapter: str, cell_id: str, digest: str
     2.8-2.15 on Python 3.11; 2.11, 2.15 on Python 3.12, 3.13``."""
     passed: dict[str, list[str]] = {}
     failed: list[str] = []
-    for run in matrix.sorted_runs():
-        outcome = run.claims.get(chapter, {}).get(cell_id)
-        if outcome is None or outcome.source != digest:
-            continue
+    for run, outcome in matrix.cell_runs(chapter, cell_id, digest):
         if outcome.outcome == "passed":
             passed.setdefault(minor(run.python), []).append(minor(run.torch))
         elif outcome.outcome in ("failed", "error"):
