@@ -23,10 +23,13 @@ A claim is one short sentence in the comment block that opens a code cell::
 Scope rules (:func:`scope_problems`; they read the version matrix's record,
 ``book/_data/matrix.json``):
 
-- **6a** a sentence naming a range of torch releases ("from 2.8 to 2.15", "since 2.9",
-  "until 2.13", "2.12 and later") passes only where the matrix ran every minor release
-  in the range; otherwise it names the releases checked. Cells tagged ``context``
-  (history, with a source) are exempt.
+- **6a** a sentence naming a range of torch releases ("from 2.8 to 2.15", "2.8-2.15",
+  "since 2.9", "until 2.13", "2.12 and later", the range in "2.8 and 2.10 to 2.15")
+  passes only where every minor release in the range checked what the sentence is
+  about; otherwise it names the releases checked. A claim cell's comments are judged
+  by the matrix's runs of that cell as it reads now, prose by the claim cells of its
+  section, what the matrix has not run as it reads now by the releases the matrix ran
+  (:func:`scope_problems`). Cells tagged ``context`` (history, with a source) are exempt.
 - **6b** a claim cell that branches on the torch version (``if torch.__version__ >=
   "2.15":``) checks in every branch (or after the ``if``), and every branch is taken by
   at least one release the matrix ran.
@@ -540,19 +543,85 @@ def _phrase_start(before: str, default: int) -> int:
     return opening.start() if opening else default
 
 
-def range_problems(text: str, where: str, ran: set[str], floor: str, newest: str) -> list[str]:
-    """Rule 6a: a sentence naming a range of torch releases is true only where the version
-    matrix ran every minor release in it; else it names the releases that were checked."""
+def range_problems(
+    text: str, where: str, ran: set[str], floor: str, newest: str, whose: str = ""
+) -> list[str]:
+    """Rule 6a: a sentence naming a range of torch releases is true only where every minor
+    release in it was checked (``ran``: minor releases, ``2.9``); else it names the
+    releases that were checked. ``whose``: what ``ran`` are the releases of, for the
+    message (the version matrix as a whole by default)."""
     problems = []
     for phrase, low, high in release_ranges(text, floor, newest):
         missing = [f"2.{n}" for n in range(low, high + 1) if f"2.{n}" not in ran]
         if missing:
+            checked = ", ".join(sorted(ran, key=_minor_number)) or "none"
             problems.append(
-                f"{where}: {phrase!r} names a range of releases, but the version matrix never "
-                f"ran {', '.join(missing)}: name the releases checked "
-                f"({', '.join(sorted(ran, key=_minor_number))}) instead"
+                f"{where}: {phrase!r} names a range of releases, but "
+                f"{whose or 'the version matrix never ran'} {', '.join(missing)}: "
+                f"name the releases checked ({checked}) instead"
             )
     return problems
+
+
+def cell_releases(cell: dict[str, Any], chapter: str, matrix: Any) -> dict[str, bool] | None:
+    """How the version matrix fared with a claim cell as it reads now, by minor release
+    (``2.9``): True where some run of it passed (on any Python), False where every run of
+    it on that release failed or raised. A ``gpu`` cell's GPU run (its
+    :func:`~memobook.record.gpu_mark`) counts as a passing run. None when nothing has
+    checked the cell as it reads now: no run recorded the cell's code as it is
+    (:func:`~memobook.record.source_digest`: a new cell, or one whose code changed since),
+    or every run skipped it (a ``gpu`` cell on a machine without CUDA).
+    ``matrix``: a :class:`~memobook.record.MatrixRecord`."""
+    from memobook.record import gpu_mark, minor, source_digest
+
+    digest = source_digest(memobook.source(cell))
+    found: dict[str, bool] = {}
+    for run, outcome in matrix.cell_runs(chapter, str(cell.get("id", "")), digest):
+        if outcome.outcome != "skipped":
+            release = minor(run.torch)
+            found[release] = found.get(release, False) or outcome.outcome == "passed"
+    mark = gpu_mark(cell) if memobook.GPU_TAG in memobook.tags(cell) else None
+    if mark is not None:
+        found[minor(mark.torch)] = True
+    return found or None
+
+
+def _section_releases(fared: list[dict[str, bool] | None]) -> set[str] | None:
+    """The releases prose may name in a range, from how its section's claim cells fared
+    (:func:`cell_releases`): those on which one of them passed and none failed; None
+    when none of them has been checked as it reads now."""
+    checked = [f for f in fared if f is not None]
+    if not checked:
+        return None
+    passed = {release for f in checked for release, ok in f.items() if ok}
+    failed = {release for f in checked for release, ok in f.items() if not ok}
+    return passed - failed
+
+
+def _section_of(index: int, starts: list[int], cells: int) -> range:
+    """The cells of the section that cell ``index`` is in (``starts``: the cells that open
+    a section); before the first section, every cell of the chapter."""
+    before = [start for start in starts if start <= index]
+    if not before:
+        return range(cells)
+    return range(before[-1], min((s for s in starts if s > index), default=cells))
+
+
+def _comments(source: str) -> str:
+    """A code cell's comments as one text (``#`` and the indentation of continuation
+    lines dropped), so that a range broken over two lines reads whole."""
+    import io
+    import tokenize
+
+    try:
+        found = [
+            token.string
+            for token in tokenize.generate_tokens(io.StringIO(source).readline)
+            if token.type == tokenize.COMMENT
+        ]
+    except (tokenize.TokenError, SyntaxError):
+        found = [line.strip() for line in source.splitlines() if line.lstrip().startswith("#")]
+    return " ".join(comment.lstrip("#").strip() for comment in found)
 
 
 # ------------------------------------------------------------------ scope: universal words
@@ -599,10 +668,20 @@ def universal_problems(cell: dict[str, Any], where: str) -> list[str]:
 
 
 def scope_problems(nb: dict[str, Any], name: str, matrix: Any = None) -> list[str]:
-    """Every breach of the scope rules in a notebook: ranges of releases the matrix did not
-    run in full (6a), version branches unchecked or never taken (6b), universal claims
-    checked on one case (6c). ``matrix``: a :class:`~memobook.record.MatrixRecord`
-    (``book/_data/matrix.json`` by default)."""
+    """Every breach of the scope rules in a notebook: ranges of releases not checked in
+    full (6a), version branches unchecked or never taken (6b), universal claims checked
+    on one case (6c). ``name``: the chapter's topic (its key in the matrix's record);
+    ``matrix``: a :class:`~memobook.record.MatrixRecord` (``book/_data/matrix.json`` by
+    default).
+
+    A range is judged where it is written (rule 6a): in a claim cell's comments (its
+    claims, its Cause and Fix), against the matrix's runs of that cell as it reads now
+    (:func:`cell_releases`); in prose (a markdown cell not tagged ``context``, or the
+    comments of a code cell without claims), against the claim cells of its section
+    (from its ``## `` heading to the next; before the first, the whole chapter): the
+    releases on which one of them passed and none failed. What no run has checked as it
+    reads now (a new chapter, a cell whose code changed) is judged against the releases
+    the matrix ran at all, until the matrix runs it."""
     from memobook.matrix import releases
     from memobook.record import MatrixRecord, minor, version_key
 
@@ -610,17 +689,42 @@ def scope_problems(nb: dict[str, Any], name: str, matrix: Any = None) -> list[st
     listed = sorted((minor(r.torch) for r in releases() if r.torch), key=version_key)
     floor, newest = listed[0], listed[-1]
     ran = record.torch_minors()
+    unrun = "the version matrix never ran"
     versions = sorted({run.torch for run in record.runs.values()}, key=version_key)
+    cells = nb["cells"]
+    fared = {
+        index: cell_releases(cell, name, record)
+        for index, cell in enumerate(cells)
+        if cell["cell_type"] == "code" and cell_claims(memobook.source(cell))
+    }
+    starts = [index for index, _ in memobook.sections(nb)]
     problems: list[str] = []
-    for index, cell in enumerate(nb["cells"]):
+    for index, cell in enumerate(cells):
         where = f"{name} cell {index}"
         text = memobook.source(cell)
-        if cell["cell_type"] == "markdown" and memobook.CONTEXT_TAG not in memobook.tags(cell):
-            problems += range_problems(text, where, ran, floor, newest)
-        if cell["cell_type"] != "code":
+        if cell["cell_type"] == "markdown":
+            if memobook.CONTEXT_TAG in memobook.tags(cell):
+                continue
+        elif cell["cell_type"] == "code":
+            text = _comments(text)
+        else:
             continue
-        for claim in cell_claims(text):
-            problems += range_problems(claim, where, ran, floor, newest)
-        problems += branch_problems(cell, where, versions)
-        problems += universal_problems(cell, where)
+        if index in fared:
+            own = fared[index]
+            checked = None if own is None else {r for r, ok in own.items() if ok}
+            whose = "no run of the version matrix passed this cell (as it reads now) on"
+        else:
+            section = _section_of(index, starts, len(cells))
+            checked = _section_releases([f for i, f in fared.items() if i in section])
+            whose = (
+                "no run of the version matrix passed the claim cells of its section "
+                "(as they read now) on"
+            )
+        if checked is None:
+            problems += range_problems(text, where, ran, floor, newest, unrun)
+        else:
+            problems += range_problems(text, where, checked, floor, newest, whose)
+        if index in fared:
+            problems += branch_problems(cell, where, versions)
+            problems += universal_problems(cell, where)
     return problems

@@ -18,7 +18,7 @@ from memobook.claims import (
     notebook_problems,
     section_claims,
 )
-from memobook.record import MatrixRecord, MatrixRun, Outcome
+from memobook.record import GPU_MARK, ClaimOutcome, MatrixRecord, MatrixRun, Outcome, source_digest
 
 
 def _code(source: str, tags: tuple[str, ...] = ()) -> Any:
@@ -246,6 +246,121 @@ def test_6a_releases_named_or_fully_run_pass(sentence: str) -> None:
 )  # fmt: skip
 def test_6a_every_range_form_is_read(sentence: str, ranges: list[tuple[str, int, int]]) -> None:
     assert rules.release_ranges(sentence, "2.8", "2.15") == ranges
+
+
+EVERY_RELEASE = ("2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")
+
+
+def _cell_matrix(*cells: tuple[Any, dict[str, str]], stale: tuple[str, ...] = ()) -> MatrixRecord:
+    """A run of every release, each with an outcome for each cell as it reads now:
+    ``(cell, {release: outcome})``, ``passed`` where none is given; the runs of the
+    releases in ``stale`` ran the cells' older code (another digest)."""
+    record = MatrixRecord()
+    for version in EVERY_RELEASE:
+        digest = "0ld0ld0ld0ld" if version in stale else None
+        outcomes = {
+            cell.id: ClaimOutcome(
+                given.get(version, "passed"), digest or source_digest(cell.source)
+            )
+            for cell, given in cells
+        }
+        run = MatrixRun(version, "0", "now", "3.11.7", Outcome(1, 0, 0), {}, {"planted": outcomes})
+        record = record.with_run(run)
+    return record
+
+
+def _chapter(*cells: Any) -> Any:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [_markdown("# Title"), *cells]
+    return nb
+
+
+def test_6a_a_claims_range_is_judged_by_the_runs_of_its_own_cell() -> None:
+    """The matrix ran 2.9, but not this cell: its 2.9.1 run raised before the cell's
+    checks (as the indexing chapter's did), failed it, skipped it, ran its older code or
+    did not record it."""
+    claim = _code(f"# Claim: It holds from 2.8 to 2.15.\n{GOOD}")
+    other = _code(f"# Claim: It holds on 2.9.\n{GOOD}")
+    nb = _chapter(_markdown("Facts."), claim, other)
+    assert rules.scope_problems(nb, "planted", _cell_matrix((claim, {}), (other, {}))) == []
+    for record in (
+        _cell_matrix((claim, {"2.9.1": "error"}), (other, {})),
+        _cell_matrix((claim, {"2.9.1": "failed"}), (other, {})),
+        _cell_matrix((claim, {"2.9.1": "skipped"}), (other, {})),
+        _cell_matrix((claim, {}), (other, {}), stale=("2.9.1",)),
+        _cell_matrix((claim, {}), (other, {})).with_run(  # the cell is missing from 2.9.1
+            _cell_matrix((other, {})).runs["2.9.1 py3.11"]
+        ),
+    ):
+        (problem,) = rules.scope_problems(nb, "planted", record)
+        assert problem.startswith("planted cell 2: 'from 2.8 to 2.15'"), problem
+        assert "passed this cell (as it reads now) on 2.9:" in problem, problem
+
+
+def _scope_of(cell: Any, outcomes: dict[str, str]) -> list[str]:
+    nb = _chapter(_markdown("Facts."), cell)
+    return rules.scope_problems(nb, "planted", _cell_matrix((cell, outcomes)))
+
+
+def test_6a_a_cause_comment_is_judged_like_its_claim() -> None:
+    cell = _code(f"# Claim: It holds.\n# Cause: torch 2.8 to 2.15 refuse it.\n{GOOD}")
+    (problem,) = _scope_of(cell, {"2.10.0": "error"})
+    assert "'2.8 to 2.15'" in problem
+    assert "on 2.10:" in problem
+
+
+def test_6a_a_gpu_cells_range_is_judged_by_its_gpu_run() -> None:
+    """The CPU matrix skips a `gpu` cell; its GPU run (the mark) is its one release."""
+    cell = _code(
+        f"# Claim: On CUDA it holds on torch 2.11; before 2.10 it raised.\n{GOOD}", ("gpu",)
+    )
+    skipped = dict.fromkeys(EVERY_RELEASE, "skipped")
+    assert _scope_of(cell, skipped) == []  # never checked: judged by the matrix as a whole
+    cell.metadata[GPU_MARK] = {
+        "executed": "now", "torch": "2.11.0+cu130", "device": "H200",
+        "code": source_digest(cell.source),
+    }  # fmt: skip
+    (problem,) = _scope_of(cell, skipped)
+    assert "'before 2.10'" in problem
+    assert "checked (2.11)" in problem
+
+
+def test_6a_prose_is_judged_by_the_claim_cells_of_its_section() -> None:
+    """A release counts where one of the section's claim cells passed and none failed."""
+    prose = _markdown("## Lists\n\nOn torch 2.8 to 2.15 it holds.")
+    one, two = _code(f"# Claim: It holds.\n{GOOD}"), _code(f"# Claim: It holds too.\n{GOOD}")
+    later = _markdown("## Another section\n\nFacts.")
+    elsewhere = _code(f"# Claim: Elsewhere.\n{GOOD}")
+    nb = _chapter(prose, one, _markdown("More."), two, later, elsewhere)
+    error = {"2.9.1": "error"}
+
+    def problems(*outcomes: dict[str, str]) -> list[str]:
+        cells = zip((one, two, elsewhere), outcomes, strict=True)
+        return rules.scope_problems(nb, "planted", _cell_matrix(*cells))
+
+    assert problems({}, {}, error) == []  # another section's cell does not count
+    assert problems(error, {}, {}) != []  # one of its cells failed on 2.9
+    (problem,) = problems(error, error, {})
+    assert problem.startswith("planted cell 1: '2.8 to 2.15'"), problem
+    assert "claim cells of its section (as they read now) on 2.9:" in problem
+    # a demonstration cell's comments are prose of its section too
+    nb.cells.insert(3, _code("# on torch 2.8 to 2.15 it prints 3\nprint(3)"))
+    assert [p.split(":")[0] for p in problems(error, error, {})] == [
+        "planted cell 1", "planted cell 3"
+    ]  # fmt: skip
+
+
+def test_6a_what_the_matrix_never_ran_as_it_reads_now_is_judged_by_the_whole_matrix() -> None:
+    """A new chapter, or a cell whose code just changed, has no runs of its own: its
+    ranges pass where the matrix ran every release in them, so the CI can stay green."""
+    claim = _code(f"# Claim: It holds from 2.8 to 2.15.\n{GOOD}")
+    nb = _chapter(_markdown("## New\n\nSince 2.9 it warns."), claim)
+    assert rules.scope_problems(nb, "planted", _cell_matrix()) == []
+    changed = _cell_matrix((claim, {}), stale=EVERY_RELEASE)
+    assert rules.scope_problems(nb, "planted", changed) == []
+    older = _chapter(_markdown("Facts."), _code(f"# Claim: It holds from 2.7 to 2.15.\n{GOOD}"))
+    (problem,) = rules.scope_problems(older, "planted", _cell_matrix())
+    assert "the version matrix never ran 2.7:" in problem
 
 
 def test_6a_history_in_a_context_cell_is_not_a_claim() -> None:
