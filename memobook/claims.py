@@ -323,6 +323,27 @@ class VersionBranch:
             else "else"
         )
 
+    @property
+    def releases(self) -> set[str]:
+        """The minor releases its test compares with: ``{"2.10", "2.11"}`` for
+        ``"2.10" <= torch.__version__ < "2.11"``."""
+        from memobook.record import minor
+
+        return {
+            minor(node.value)
+            for node in ast.walk(ast.parse(self.test, mode="eval"))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        }
+
+    def claims_about(self, claims: list[str]) -> list[str]:
+        """The claims of its cell that this branch is about: those that name a release
+        its test compares with, as a release or where a range they name starts or stops
+        (``on 2.8 to 2.12`` for ``torch.__version__ < "2.13"``); else those that name
+        any release; else all of them."""
+        named = [claim for claim in claims if _MENTION.search(claim)]
+        about = [claim for claim in named if release_edges(claim) & self.releases]
+        return about or named or list(claims)
+
 
 def _is_torch_version(node: ast.expr) -> bool:
     return (
@@ -535,6 +556,15 @@ def release_ranges(text: str, floor: str, newest: str) -> list[tuple[str, int, i
             found.append((start, text[start:end], low, high))
             break
     return [(" ".join(phrase.split()), low, high) for _, phrase, low, high in sorted(found)]
+
+
+def release_edges(text: str) -> set[str]:
+    """The minor releases at which a sentence says something starts or stops: each
+    release it names, and the release after the last of each range it names that is
+    closed at its top ("2.8 to 2.12" -> 2.8, 2.12, 2.13; "before 2.10" -> 2.10)."""
+    named = {f"2.{match.group(1)}" for match in _MENTION.finditer(text)}
+    ranges = release_ranges(text, "2.0", "2.0")  # the open ends are not edges
+    return named | {f"2.{high + 1}" for _, _, high in ranges if f"2.{high}" in named}
 
 
 def _phrase_start(before: str, default: int) -> int:

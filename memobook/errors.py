@@ -17,7 +17,9 @@ in the cell just above the ``with raises(...)``::
 **What changed**: every claim cell that branches on the torch version (an ``if`` on
 ``torch.__version__``, :func:`memobook.claims.version_branches`), with the releases of the
 matrix that took each branch, grouped by the release where the behaviour changed (the
-first release after a run of releases that took the other branch), newest first.
+first release after a run of releases that took the other branch), newest first; each
+labelled by the claims the branch is about
+(:meth:`memobook.claims.VersionBranch.claims_about`), not the cell's first claim.
 
 :func:`errors` and :func:`changes` return plain data; :func:`errors_text` and
 :func:`changes_text` render it as text (the golden tests compare those); the site's
@@ -284,8 +286,9 @@ class Change:
     chapter: str
     docname: str
     cell_id: str
-    claim: str
-    """The cell's first claim."""
+    claims: tuple[str, ...]
+    """The claims of the cell that the branch is about
+    (:meth:`memobook.claims.VersionBranch.claims_about`)."""
     test: str
     """The condition, as written (``torch.__version__ >= "2.13"``)."""
     then_runs: list[str] = field(default_factory=list)
@@ -332,7 +335,11 @@ def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> lis
             mine: list[Change] = []
             for index, branch in enumerate(branches):
                 change = Change(
-                    chapter.name, chapter.docname, cell_id, claims[0], f"if {branch.test}"
+                    chapter.name,
+                    chapter.docname,
+                    cell_id,
+                    tuple(branch.claims_about(claims)),
+                    f"if {branch.test}",
                 )
                 for run, outcome in record.cell_runs(chapter.name, cell_id, digest):
                     if index < len(outcome.branches):
@@ -499,7 +506,7 @@ def changes_text(found: list[Change], deprecated: list[Deprecation] | None = Non
         if title != heading:
             heading = title
             out.append(f"## {title}")
-        out.append(f"- {change.claim}  [{change.docname}#claim-{change.cell_id}]")
+        out.append(f"- {' '.join(change.claims)}  [{change.docname}#claim-{change.cell_id}]")
         out.append(f"  {change.test}: {span_text(change.then_runs)}")
         out.append(f"  otherwise: {span_text(change.else_runs)}")
     if deprecated:

@@ -662,7 +662,7 @@ class ChangesDirective(SphinxDirective):
                 out.append(section)
             item = nodes.list_item(classes=["memo-change"])
             head = nodes.paragraph()
-            head.extend(_inline(change.claim))
+            head.extend(_inline(" ".join(change.claims)))
             head += nodes.Text(" ")
             head += _proof(change.docname, self.env.docname, change.cell_id)
             item += head

@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from memobook.claims import version_branches
 from memobook.errors import changes, changes_text, deprecations, errors, errors_text
 from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome, source_digest
 from tests.conftest import UPDATE_GOLDEN, golden_rewritten
@@ -27,7 +28,9 @@ with raises(refusal, match="unknown type"):  # a type held in a variable: left o
     other()
 """
 BRANCHING = """\
+# Claim: `new_default` and `old_default` take no arguments.
 # Claim: the default changed in 2.13.
+# Claim: `old_default` is the default on 2.10 to 2.12.
 if torch.__version__ >= "2.13":
     assert new_default()
 else:
@@ -153,6 +156,30 @@ def test_an_entry_names_its_types_cause_fix_and_messages(tmp_path: Path) -> None
 def test_a_change_is_dated_by_the_first_release_on_its_new_side(tmp_path: Path) -> None:
     found = changes(_book(tmp_path), _matrix())
     assert [c.changed_in for c in found] == ["2.13", ""]  # 2.10 alone splits nothing in two
+
+
+def test_a_change_is_labelled_by_the_claims_its_branch_is_about(tmp_path: Path) -> None:
+    """Not by the cell's first claim (a claim cell often opens with what holds everywhere)."""
+    labels = {c.cell_id: c.claims for c in changes(_book(tmp_path), _matrix())}
+    assert labels["branching"] == (
+        "the default changed in 2.13.",
+        "`old_default` is the default on 2.10 to 2.12.",
+    )
+    claims = [
+        "`Timer` warms up first.",
+        "from torch 2.13 on, its clock synchronizes.",
+        "on torch 2.8 to 2.12, its clock is chosen at import.",
+        "it warns on 2.9.",
+        "`Timer` runs on one thread.",
+    ]
+    branch = 'if torch.__version__ {} "{}":\n    assert a\nelse:\n    assert b\n'
+    (at_213,) = version_branches(branch.format(">=", "2.13"))
+    assert at_213.claims_about(claims) == claims[1:3]  # where its ranges start or stop
+    (below_213,) = version_branches(branch.format("<", "2.13"))
+    assert below_213.claims_about(claims) == claims[1:3]
+    (at_215,) = version_branches(branch.format(">=", "2.15"))
+    assert at_215.claims_about(claims) == claims[1:4]  # none names 2.15: those naming one
+    assert at_215.claims_about([claims[0], claims[4]]) == [claims[0], claims[4]]
 
 
 TWICE = """\
