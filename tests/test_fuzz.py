@@ -682,6 +682,31 @@ REGISTRY: dict[str, Entry | str] = {
     ),
     "autograd_mechanics.SavedTensor": RESULT,
     "autograd_mechanics.SavedTensors": RESULT,
+    # training loop
+    "training_loop.param_groups": Entry(calls([MODULE, A([0.1, 0.0, 1, 0], [*NUMBERS, -0.5, -1])])),
+    "training_loop.group_table": Entry(calls([A(O("sgd", "adam_other"), GARBAGE), MODULE])),
+    "training_loop.warmup_cosine": Entry(
+        calls(
+            [A(O("sgd", "adam_other"), GARBAGE)],
+            {
+                "warmup_steps": A([2, 0, 1], [*INTS, -1]),
+                "total_steps": A([10, 3, 2**40], [*INTS, 0, -1, 2]),
+                "min_factor": A([0.0, 0.5, 1], [*NUMBERS, 1.5, -0.1]),
+            },
+        )
+    ),
+    "training_loop.watch_saved_tensors": Entry(
+        calls(
+            [],
+            {"ignore": A([(), *O("parameters"), [VECTOR], (VECTOR, VECTOR)], IGNORE_HOSTILE)},
+            body=["autograd", "autograd_meta", "nothing", "caller_error"],
+        ),
+        passes_through=(CALLER_ERROR,),
+    ),
+    "training_loop.GroupRow": RESULT,
+    "training_loop.GroupTable": RESULT,
+    "training_loop.SavedAlive": RESULT,
+    "training_loop.WarmupCosine": RESULT,
     # data loading: datasets are made, then their length and first and last items read
     "data_loading.TracingDataset": Entry(calls([LENGTH], {"tag": A([0, 7, -1], INTS)})),
     "data_loading.TracingDataset.__getitem__": Entry(

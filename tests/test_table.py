@@ -1,9 +1,8 @@
 """Every rendering of the result tables, compared exactly with tests/golden/.
 
 The result types (``describe``, ``inventory``, ``explain_gather``,
-``explain_broadcast``, ``layer_shapes``, ``unregistered``) print as text and render as
-HTML in Jupyter; the chapters store
-both. Each case below has ``<case>.txt`` (``str``, which is also ``repr``) and
+``explain_broadcast``, ``layer_shapes``, ``unregistered``, ``group_table``) print as text
+and render as HTML in Jupyter; the chapters store both. Each case below has ``<case>.txt`` (``str``, which is also ``repr``) and
 ``<case>.html`` (``_repr_html_``) in tests/golden/. A changed rendering shows as a diff;
 ``pytest tests/test_table.py --update-golden`` rewrites the files from the current code
 and lists the files it rewrote at the end of the run.
@@ -25,6 +24,7 @@ from pytorch_memo.indexing import explain_gather
 from pytorch_memo.modules import inventory
 from pytorch_memo.submodules import LayerShapeError, layer_shapes, unregistered
 from pytorch_memo.tensors import describe
+from pytorch_memo.training_loop import group_table, param_groups
 from tests.conftest import UPDATE_GOLDEN, golden_rewritten
 from tests.test_modules import Tied, WithHidden
 from tests.test_submodules import Holder
@@ -64,6 +64,28 @@ def _unregistered_nested() -> Any:
     )
 
 
+def _groups_param_groups() -> Any:
+    model = nn.Sequential(nn.Linear(4, 8), nn.Unflatten(1, (2, 4)), nn.LayerNorm((2, 4)))
+    return group_table(torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3), model)
+
+
+def _groups_not_in_model() -> Any:
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    model[0].requires_grad_(False)
+    other = nn.Linear(3, 2)
+    groups: list[dict[str, Any]] = [
+        {"params": model[1].parameters(), "lr": 0.5},
+        {"params": other.parameters()},
+    ]
+    optimizer = torch.optim.SGD(groups, lr=0.1)
+    return group_table(optimizer, model)
+
+
+def _groups_docstring() -> Any:
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    return group_table(torch.optim.SGD(model[1].parameters(), lr=0.1), model)
+
+
 def _gather_3d() -> Any:
     x = torch.arange(24).reshape(2, 3, 4)
     index = torch.tensor([[[2, 0, 1, 2]], [[1, 1, 0, 0]]])
@@ -94,6 +116,10 @@ CASES: dict[str, Callable[[], Any]] = {
     # unregistered (submodules.HiddenTable)
     "unregistered-nested": _unregistered_nested,
     "unregistered-empty": lambda: unregistered(nn.Linear(2, 2)),
+    # group_table (training_loop.GroupTable)
+    "groups-docstring": _groups_docstring,
+    "groups-param-groups": _groups_param_groups,
+    "groups-not-in-model": _groups_not_in_model,
     # explain_gather (indexing.GatherExplanation)
     "gather-docstring": lambda: explain_gather(
         torch.tensor([[1, 2], [3, 4]]), 1, torch.tensor([[1], [0]])
