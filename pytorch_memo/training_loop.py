@@ -377,10 +377,11 @@ def warmup_cosine(
     ``warmup_steps - 1`` runs at the full rate), then half a cosine from 1 at step
     ``warmup_steps`` down to ``min_factor`` at step ``total_steps``, where it stays: the
     rate never climbs again, as ``CosineAnnealingLR`` does after ``T_max``. Up to
-    ``total_steps`` it gives the rates of ``SequentialLR`` over
-    ``LinearLR(start_factor=1 / warmup_steps, total_iters=warmup_steps - 1)`` and
+    ``total_steps``, with ``warmup_steps >= 2``, it gives the rates of ``SequentialLR``
+    over ``LinearLR(start_factor=1 / warmup_steps, total_iters=warmup_steps - 1)`` and
     ``CosineAnnealingLR(T_max=total_steps - warmup_steps, eta_min=min_factor * lr)``
-    (within float rounding). Call ``scheduler.step()`` once after each
+    (within float rounding; with ``min_factor > 0`` for one group, since ``eta_min``
+    is one value for all groups). Call ``scheduler.step()`` once after each
     ``optimizer.step()``.
 
     Args:
