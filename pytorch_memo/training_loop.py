@@ -1,7 +1,5 @@
 """The pieces around a training step: parameter groups, a schedule, what a loop keeps alive.
 
-Used by the chapter *The training loop*:
-
 - :func:`param_groups` splits a model's trainable parameters into one group that gets
   weight decay and one that does not (biases, normalisation layers' parameters, other
   vectors and scalars), ready for ``torch.optim.AdamW``.
