@@ -168,16 +168,20 @@ def record_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Sav
     live: dict[_StorageKey, list[weakref.ref[torch.Tensor]]] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
+        # The graph keeps a detached alias (the same memory), as torch's documentation
+        # of these hooks advises: the tensor itself, when it is an output of the graph,
+        # would hold its own grad_fn, a cycle that outlives the graph until gc runs.
+        alias = tensor.detach()
         key, nbytes = _storage(tensor)
         counted = nbytes is not None and key not in ignored
         if key is not None:
             holders = [ref for ref in live.get(key, []) if ref() is not None]
             counted = counted and not holders
-            live[key] = [*holders, weakref.ref(tensor)]
+            live[key] = [*holders, weakref.ref(alias)]
         saved.records.append(
             SavedTensor(tuple(tensor.shape), tensor.dtype, tensor.device, nbytes, counted)
         )
-        return tensor
+        return alias
 
     def unpack(tensor: torch.Tensor) -> torch.Tensor:
         saved.unpacked += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import warnings
 import weakref
@@ -107,12 +108,32 @@ def test_the_record_keeps_no_saved_tensor_alive() -> None:
     with record_saved_tensors() as saved:
         hidden = x * 2
         out = hidden.sin()  # saves hidden
-    seen = weakref.ref(hidden)
+    # The graph keeps hidden's memory (a detached alias of it): its storage, whose
+    # Python object lives exactly as long as the memory does.
+    seen = weakref.ref(hidden.untyped_storage())
     del hidden
     assert seen() is not None  # the graph keeps it for backward
     out.sum().backward()
     assert seen() is None  # freed by backward, although the record still exists
     assert saved.records[0].shape == (8,)
+
+
+def test_a_saved_output_dies_with_its_graph_without_gc() -> None:
+    # ReLU saves its output. Handed back to autograd as it is, the output would hold
+    # its own grad_fn (a cycle only gc breaks): the graph would outlive its last name.
+    x = torch.ones(8, requires_grad=True)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        with record_saved_tensors() as saved:
+            out = torch.relu(x * 2)
+        gone = weakref.ref(out)
+        del out
+        assert gone() is None
+    finally:
+        if gc_was:
+            gc.enable()
+    assert saved.count == 1
 
 
 @settings(max_examples=25, deadline=None)
