@@ -441,6 +441,15 @@ REGISTRY: dict[str, Entry | str] = {
     "submodules.LayerShape": RESULT,
     "submodules.ShapeTable": RESULT,
     "submodules.LayerShapeError": ERROR,
+    # numerics: the hooks go on in the block and come off after it, whatever it raises
+    "numerics.stop_at_nonfinite": Entry(
+        calls([MODULE], body=["nothing", "autograd", "caller_error"]),
+        passes_through=(CALLER_ERROR,),
+    ),
+    "numerics.NonFiniteWatch": Entry(calls([MODULE])),
+    "numerics.ActivationRow": RESULT,
+    "numerics.ActivationTable": RESULT,
+    "numerics.NonFiniteError": ERROR,
     # checkpoint and archive (their fixes are another developer's: see the report)
     "checkpoint.save_checkpoint": Entry(
         calls(

@@ -1,8 +1,9 @@
 """Every rendering of the result tables, compared exactly with tests/golden/.
 
 The result types (``describe``, ``inventory``, ``explain_gather``,
-``explain_broadcast``, ``layer_shapes``, ``unregistered``, ``group_table``) print as text
-and render as HTML in Jupyter; the chapters store both. Each case below has ``<case>.txt`` (``str``, which is also ``repr``) and
+``explain_broadcast``, ``layer_shapes``, ``unregistered``, ``group_table``,
+``stop_at_nonfinite``'s table) print as text and render as HTML in Jupyter; the
+chapters store both. Each case below has ``<case>.txt`` (``str``, which is also ``repr``) and
 ``<case>.html`` (``_repr_html_``) in tests/golden/. A changed rendering shows as a diff;
 ``pytest tests/test_table.py --update-golden`` rewrites the files from the current code
 and lists the files it rewrote at the end of the run.
@@ -22,6 +23,7 @@ from pytorch_memo._table import html_table, named_arguments, shape_text, text_ta
 from pytorch_memo.broadcasting import explain_broadcast
 from pytorch_memo.indexing import explain_gather
 from pytorch_memo.modules import inventory
+from pytorch_memo.numerics import ActivationRow, ActivationTable, NonFiniteError, stop_at_nonfinite
 from pytorch_memo.submodules import LayerShapeError, layer_shapes, unregistered
 from pytorch_memo.tensors import describe
 from pytorch_memo.training_loop import group_table, param_groups
@@ -53,6 +55,34 @@ def _shapes_raised() -> Any:
     except LayerShapeError as error:
         return error.table
     raise AssertionError("layer_shapes did not raise")
+
+
+def _constant_linear(inputs: int, outputs: int, value: float) -> nn.Linear:
+    """A layer whose outputs are exact in float32 (no rounding that differs between CPUs)."""
+    layer = nn.Linear(inputs, outputs)
+    nn.init.constant_(layer.weight, value)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _activations_raised() -> Any:
+    model = nn.Sequential(_constant_linear(2, 3, 64.0), nn.ReLU(), _constant_linear(3, 2, 2.0**120))
+    try:
+        with stop_at_nonfinite(model):
+            model(torch.tensor([[1.0, 2.0]]))
+    except NonFiniteError as error:
+        return error.table
+    raise AssertionError("stop_at_nonfinite did not raise")
+
+
+def _activations_nested() -> Any:
+    model = nn.ModuleDict({"<b>&": nn.LSTM(2, 3)})
+    lstm = model["<b>&"]
+    for parameter in lstm.parameters():
+        nn.init.zeros_(parameter)
+    with stop_at_nonfinite(model) as watch:
+        lstm(torch.ones(4, 1, 2))
+    return watch.table
 
 
 def _unregistered_nested() -> Any:
@@ -120,6 +150,12 @@ CASES: dict[str, Callable[[], Any]] = {
     "groups-docstring": _groups_docstring,
     "groups-param-groups": _groups_param_groups,
     "groups-not-in-model": _groups_not_in_model,
+    # stop_at_nonfinite (numerics.ActivationTable)
+    "activations-raised": _activations_raised,
+    "activations-nested": _activations_nested,
+    "activations-unlisted": lambda: ActivationTable(
+        (ActivationRow("", "Net", ((2, 3),), 0.125, 0, 0),), unlisted=12_000
+    ),
     # explain_gather (indexing.GatherExplanation)
     "gather-docstring": lambda: explain_gather(
         torch.tensor([[1, 2], [3, 4]]), 1, torch.tensor([[1], [0]])

@@ -1,0 +1,402 @@
+"""Find the first module of a model whose output holds NaN or inf.
+
+Used by the chapter *Numerics: NaN, inf and precision*: :func:`stop_at_nonfinite`
+watches every registered module of a model with forward hooks and raises
+:class:`NonFiniteError` at the first module boundary where a NaN or an infinity
+appears, naming the module whose own code made it; the rows of its
+:class:`ActivationTable` give each module's largest finite magnitude on the way there.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from pytorch_memo._checks import check_type
+from pytorch_memo._table import NamedRows, ResultTable, shape_text
+
+__all__ = [
+    "MAX_ROWS",
+    "ActivationRow",
+    "ActivationTable",
+    "NonFiniteError",
+    "NonFiniteWatch",
+    "stop_at_nonfinite",
+]
+
+MAX_ROWS = 10_000
+"""The most module calls one forward pass lists; later calls are counted, not listed."""
+MODEL = "(model)"
+"""How the table names the watched model itself (``named_modules()`` names it ``""``)."""
+
+Shapes = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class ActivationRow:
+    """One module call seen by :func:`stop_at_nonfinite`: a row of :class:`ActivationTable`.
+
+    Attributes:
+        name: the module's name as ``named_modules()`` gives it (``encoder.0``); ``""``
+            for the watched model itself, shown as ``(model)``.
+        type: the module's class name (``Linear``).
+        outputs: the shapes of the floating-point and complex tensors it returned (found
+            inside tuples, lists and dicts too); ``None`` while the call has not
+            returned, or when it was stopped by an error.
+        largest: the largest finite magnitude (``abs``) among those outputs, ``None``
+            when they hold no finite value.
+        nan: how many NaN values they hold.
+        inf: how many infinities (either sign) they hold.
+    """
+
+    name: str
+    type: str
+    outputs: Shapes | None
+    largest: float | None
+    nan: int
+    inf: int
+
+    def cells(self) -> tuple[str, ...]:
+        """The row as display strings, in the order of the table's columns."""
+        if self.outputs is None:
+            return (self.name or MODEL, self.type, "(stopped)", "-", "-", "-")
+        return (
+            self.name or MODEL,
+            self.type,
+            ", ".join(shape_text(s) for s in self.outputs) or "-",
+            "-" if self.largest is None else f"{self.largest:.4g}",
+            str(self.nan),
+            str(self.inf),
+        )
+
+
+@dataclass(frozen=True, repr=False)
+class ActivationTable(NamedRows[ActivationRow], ResultTable):
+    """Rows of :class:`ActivationRow` in call order, a text table or, in Jupyter, HTML.
+
+    A module called twice has two rows; ``table[name]`` gives the first.
+
+    Attributes:
+        rows: the calls of one forward pass, at most :data:`MAX_ROWS`.
+        unlisted: the calls after the first :data:`MAX_ROWS`, counted only.
+    """
+
+    rows: tuple[ActivationRow, ...]
+    unlisted: int = 0
+    _css_class = "memo-describe"
+
+    def _headers(self) -> tuple[str, ...]:
+        return ("layer", "type", "output shapes", "largest |finite|", "NaN", "inf")
+
+    def _cells(self) -> list[tuple[str, ...]]:
+        return [row.cells() for row in self.rows]
+
+    def _note(self) -> tuple[str, str]:
+        if not self.unlisted:
+            return "", ""
+        text = f"and {self.unlisted} more calls, not listed (at most {MAX_ROWS} are)"
+        return text, f"<p>{text}</p>"
+
+
+class NonFiniteError(FloatingPointError):
+    """A NaN or an infinity crossed a module boundary inside :func:`stop_at_nonfinite`.
+
+    Attributes:
+        layer: the name of the module whose own code made the values (``""`` for the
+            watched model itself); ``None`` when they came from outside the watched
+            modules (the model's input).
+        where: the tensor that holds them: ``output``, ``output[0]``, ``args[0]``,
+            ``kwargs['mask']``...
+        nan: how many NaN values that tensor holds.
+        inf: how many infinities it holds.
+        table: the module calls of this forward pass up to the error.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        layer: str | None,
+        where: str,
+        nan: int,
+        inf: int,
+        table: ActivationTable,
+    ) -> None:
+        super().__init__(message)
+        self.layer = layer
+        self.where = where
+        self.nan = nan
+        self.inf = inf
+        self.table = table
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with the attributes (a worker process can send it back)."""
+        return (
+            _rebuild_error,
+            (str(self), self.layer, self.where, self.nan, self.inf, self.table),
+        )
+
+
+def _rebuild_error(
+    message: str, layer: str | None, where: str, nan: int, inf: int, table: ActivationTable
+) -> NonFiniteError:
+    return NonFiniteError(message, layer=layer, where=where, nan=nan, inf=inf, table=table)
+
+
+@dataclass(frozen=True)
+class _Count:
+    """What one tensor holds: its shape and dtype, NaN and inf counts, largest finite |x|."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    nan: int
+    inf: int
+    largest: float | None
+
+    @property
+    def finite(self) -> bool:
+        return self.nan == 0 and self.inf == 0
+
+    def described(self, where: str) -> str:
+        return (
+            f"{where} (shape {shape_text(self.shape)}, {self.dtype}), which holds "
+            f"{self.nan} NaN and {self.inf} inf"
+        )
+
+
+def _count(tensor: torch.Tensor) -> _Count | None:
+    """Count a tensor's NaN and inf values; ``None`` for one that cannot hold them (ints,
+    bools) or whose values cannot be read here (``meta``, sparse, nested tensors)."""
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        return None
+    if tensor.is_nested or tensor.layout != torch.strided or tensor.device.type == "meta":
+        return None
+    shape, values = tuple(tensor.shape), tensor.detach()
+    if values.numel() == 0:
+        return _Count(shape, tensor.dtype, 0, 0, None)
+    finite = torch.isfinite(values)
+    magnitude = values.abs()
+    if bool(finite.all()):
+        return _Count(shape, tensor.dtype, 0, 0, float(magnitude.amax()))
+    nan = int(torch.isnan(values).sum())
+    inf = int(finite.numel() - int(finite.sum())) - nan
+    largest = float(magnitude.masked_fill(~finite, 0).amax()) if bool(finite.any()) else None
+    return _Count(shape, tensor.dtype, nan, inf, largest)
+
+
+def _tensors(value: Any, where: str, seen: set[int]) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors in ``value`` with where they are: ``output[0]``, ``output['logits']``."""
+    if isinstance(value, torch.Tensor):
+        yield where, value
+        return
+    if id(value) in seen:
+        return
+    if isinstance(value, Mapping):
+        seen.add(id(value))
+        for key, item in value.items():
+            yield from _tensors(item, f"{where}[{key!r}]", seen)
+    elif isinstance(value, tuple | list):
+        seen.add(id(value))
+        for index, item in enumerate(value):
+            yield from _tensors(item, f"{where}[{index}]", seen)
+
+
+def _counted(value: Any, where: str) -> list[tuple[str, _Count]]:
+    found = ((w, _count(t)) for w, t in _tensors(value, where, set()))
+    return [(w, c) for w, c in found if c is not None]
+
+
+def _label(name: str, module: nn.Module) -> str:
+    kind = type(module).__name__
+    return f"layer {name!r} ({kind})" if name else f"the model ({kind})"
+
+
+class NonFiniteWatch:
+    """The hooks of :func:`stop_at_nonfinite` on one model: a context manager.
+
+    Entering registers a forward pre-hook and a forward hook on every module of the
+    model; leaving removes them, also when the block raised.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        check_type("model", model, nn.Module, "a torch.nn.Module")
+        self._model = model
+        self._names: dict[int, str] = {}
+        self._handles: list[RemovableHandle] = []
+        self._rows: list[ActivationRow] = []
+        self._unlisted = 0
+        self._running: list[tuple[nn.Module, int | None]] = []
+
+    @property
+    def table(self) -> ActivationTable:
+        """The module calls of the latest forward pass (of its outermost module call)."""
+        return ActivationTable(tuple(self._rows), self._unlisted)
+
+    def __enter__(self) -> Self:
+        if self._handles:
+            msg = "this watch is active already: make another with stop_at_nonfinite(model)"
+            raise RuntimeError(msg)
+        self._names = {id(m): n for n, m in self._model.named_modules()}
+        try:
+            for module in self._model.modules():
+                self._handles.append(
+                    module.register_forward_pre_hook(self._before, with_kwargs=True)
+                )
+                self._handles.append(
+                    module.register_forward_hook(self._after, with_kwargs=True, always_call=True)
+                )
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._remove()
+        self._running.clear()
+
+    def _remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _name(self, module: nn.Module) -> str:
+        return self._names.get(id(module), type(module).__name__)
+
+    def _unwatched(self, module: nn.Module) -> str:
+        """What to add to a message blaming ``module``'s own code when it holds
+        submodules that were not there when the watch began (they have no hooks)."""
+        added = [n for n, m in module.named_modules() if id(m) not in self._names]
+        if not added:
+            return ""
+        shown = ", ".join(repr(n) for n in added[:3]) + (" ..." if len(added) > 3 else "")
+        return f" (or a submodule added after the watch began, which it does not see: {shown})"
+
+    def _error(self, message: str, layer: str | None, where: str, count: _Count) -> NonFiniteError:
+        return NonFiniteError(
+            message, layer=layer, where=where, nan=count.nan, inf=count.inf, table=self.table
+        )
+
+    def _before(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not self._running:  # an outermost call: a new forward pass
+            self._rows.clear()
+            self._unlisted = 0
+        name = self._name(module)
+        inputs = _counted(args, "args") + _counted(kwargs, "kwargs")
+        for where, count in inputs:
+            if count.finite:
+                continue
+            if self._running:  # made by the running module's own code
+                parent = self._running[-1][0]
+                message = (
+                    f"{_label(self._name(parent), parent)} made non-finite values in its own "
+                    f"forward, outside its submodules{self._unwatched(parent)}: it called "
+                    f"{_label(name, module)} with {count.described(where)}"
+                )
+                raise self._error(message, self._name(parent), where, count)
+            message = (
+                f"{_label(name, module)} was called with {count.described(where)}: the "
+                "values were made before the call, outside the watched modules"
+            )
+            raise self._error(message, None, where, count)
+        index: int | None = None
+        if len(self._rows) < MAX_ROWS:
+            self._rows.append(ActivationRow(name, type(module).__name__, None, None, 0, 0))
+            index = len(self._rows) - 1
+        else:
+            self._unlisted += 1
+        self._running.append((module, index))
+
+    def _after(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+    ) -> None:
+        if not self._running or self._running[-1][0] is not module:
+            return  # a call that began before the watch
+        _, index = self._running.pop()
+        if output is None and sys.exc_info()[1] is not None:
+            return  # forward raised: the row stays "(stopped)"
+        counts = _counted(output, "output")
+        magnitudes = [c.largest for _, c in counts if c.largest is not None]
+        row = ActivationRow(
+            self._name(module),
+            type(module).__name__,
+            tuple(c.shape for _, c in counts),
+            max(magnitudes) if magnitudes else None,
+            sum(c.nan for _, c in counts),
+            sum(c.inf for _, c in counts),
+        )
+        if index is not None:
+            self._rows[index] = row
+        for where, count in counts:
+            if count.finite:
+                continue
+            own = ""
+            if next(module.children(), None) is not None:
+                own = (
+                    ", so its own code made them: every submodule it called returned finite "
+                    f"values{self._unwatched(module)}"
+                )
+            message = (
+                f"{_label(row.name, module)} returned non-finite values from finite inputs: "
+                f"{count.described(where)}{own}"
+            )
+            raise self._error(message, row.name, where, count)
+
+
+def stop_at_nonfinite(model: nn.Module) -> NonFiniteWatch:
+    """Stop a forward pass at the first module boundary where NaN or inf appears.
+
+    Inside ``with stop_at_nonfinite(model):``, every call of a registered module of
+    ``model`` (the model itself included) is checked on the way in and on the way out.
+    The first tensor holding a NaN or an infinity raises :class:`NonFiniteError`, which
+    names the module whose own code made it: a module that returned one from finite
+    inputs, or, when one reaches a submodule's input, the module running at the time,
+    whose own code (outside its submodules) made it. Values that reach the watched
+    model's input already non-finite are refused as coming from outside. The
+    floating-point and complex tensors of inputs and outputs are checked, inside
+    tuples, lists and dicts too; ``meta``, sparse and nested tensors are not.
+
+    A debugging tool: each check reads every value of every output (on a GPU, a
+    synchronisation per module). Eager mode only (not under ``torch.compile``).
+
+    Args:
+        model: the model to watch.
+
+    Returns:
+        A :class:`NonFiniteWatch` to use in a ``with`` statement; its ``table`` lists
+        the module calls of the latest forward pass with their largest finite magnitude.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+        NonFiniteError: inside the block, at the first non-finite value.
+
+    Example:
+        >>> from torch import nn
+        >>> layer = nn.Linear(2, 1, bias=False)
+        >>> _ = nn.init.constant_(layer.weight, 3e38)  # 3e38 + 3e38 overflows float32
+        >>> model = nn.Sequential(nn.ReLU(), layer)
+        >>> with stop_at_nonfinite(model):
+        ...     model(torch.ones(1, 2))
+        Traceback (most recent call last):
+        ...
+        pytorch_memo.numerics.NonFiniteError: layer '1' (Linear) returned non-finite values from finite inputs: output (shape (1, 1), torch.float32), which holds 0 NaN and 1 inf
+        >>> with stop_at_nonfinite(model) as watch:
+        ...     _ = model(torch.full((1, 2), 0.5))
+        >>> print(watch.table)
+        layer    type        output shapes  largest |finite|  NaN  inf
+        (model)  Sequential  (1, 1)         3e+38             0    0
+        0        ReLU        (1, 2)         0.5               0    0
+        1        Linear      (1, 1)         3e+38             0    0
+    """
+    return NonFiniteWatch(model)
