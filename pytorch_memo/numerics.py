@@ -225,9 +225,11 @@ class NonFiniteWatch:
     model; leaving removes them, also when the block raised.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, *, check_inputs: bool = True) -> None:
         check_type("model", model, nn.Module, "a torch.nn.Module")
+        check_type("check_inputs", check_inputs, bool, "a bool")
         self._model = model
+        self._check_inputs = check_inputs
         self._names: dict[int, str] = {}
         self._handles: list[RemovableHandle] = []
         self._rows: list[ActivationRow] = []
@@ -293,7 +295,7 @@ class NonFiniteWatch:
             self._rows.clear()
             self._unlisted = 0
         name = self._name(module)
-        inputs = _counted(args, "args") + _counted(kwargs, "kwargs")
+        inputs = _counted(args, "args") + _counted(kwargs, "kwargs") if self._check_inputs else []
         for where, count in inputs:
             if count.finite:
                 continue
@@ -347,14 +349,17 @@ class NonFiniteWatch:
                     ", so its own code made them: every submodule it called returned finite "
                     f"values{self._unwatched(module)}"
                 )
+            finite = " from finite inputs" if self._check_inputs else ""
+            if not self._check_inputs:
+                own = ""  # its inputs were not checked: they may have held them already
             message = (
-                f"{_label(row.name, module)} returned non-finite values from finite inputs: "
+                f"{_label(row.name, module)} returned non-finite values{finite}: "
                 f"{count.described(where)}{own}"
             )
             raise self._error(message, row.name, where, count)
 
 
-def stop_at_nonfinite(model: nn.Module) -> NonFiniteWatch:
+def stop_at_nonfinite(model: nn.Module, *, check_inputs: bool = True) -> NonFiniteWatch:
     """Stop a forward pass at the first module boundary where NaN or inf appears.
 
     Inside ``with stop_at_nonfinite(model):``, every call of a registered module of
@@ -365,20 +370,30 @@ def stop_at_nonfinite(model: nn.Module) -> NonFiniteWatch:
     whose own code (outside its submodules) made it. Values that reach the watched
     model's input already non-finite are refused as coming from outside. The
     floating-point and complex tensors of inputs and outputs are checked, inside
-    tuples, lists and dicts too; ``meta``, sparse and nested tensors are not.
+    tuples, lists and dicts too; ``meta``, sparse and nested tensors are not. Forward
+    hooks run when a module is called (``layer(x)``), not when its ``forward`` is
+    called directly.
+
+    A model that passes inf on purpose between its modules (a float attention mask of
+    ``-inf``, such as ``nn.Transformer.generate_square_subsequent_mask`` makes) stops
+    at that mask: pass ``check_inputs=False`` to check outputs only. The error then
+    names the first module that returned a non-finite value, which may have received
+    it.
 
     A debugging tool: each check reads every value of every output (on a GPU, a
     synchronisation per module). Eager mode only (not under ``torch.compile``).
 
     Args:
         model: the model to watch.
+        check_inputs: check each module's inputs too (the default), which tells a
+            module that made non-finite values from one that received them.
 
     Returns:
         A :class:`NonFiniteWatch` to use in a ``with`` statement; its ``table`` lists
         the module calls of the latest forward pass with their largest finite magnitude.
 
     Raises:
-        TypeError: ``model`` is not an ``nn.Module``.
+        TypeError: ``model`` is not an ``nn.Module``, or ``check_inputs`` not a bool.
         NonFiniteError: inside the block, at the first non-finite value.
 
     Example:
@@ -399,4 +414,4 @@ def stop_at_nonfinite(model: nn.Module) -> NonFiniteWatch:
         0        ReLU        (1, 2)         0.5               0    0
         1        Linear      (1, 1)         3e+38             0    0
     """
-    return NonFiniteWatch(model)
+    return NonFiniteWatch(model, check_inputs=check_inputs)

@@ -443,10 +443,10 @@ REGISTRY: dict[str, Entry | str] = {
     "submodules.LayerShapeError": ERROR,
     # numerics: the hooks go on in the block and come off after it, whatever it raises
     "numerics.stop_at_nonfinite": Entry(
-        calls([MODULE], body=["nothing", "autograd", "caller_error"]),
+        calls([MODULE], {"check_inputs": BOOL}, body=["nothing", "autograd", "caller_error"]),
         passes_through=(CALLER_ERROR,),
     ),
-    "numerics.NonFiniteWatch": Entry(calls([MODULE])),
+    "numerics.NonFiniteWatch": Entry(calls([MODULE], {"check_inputs": BOOL})),
     "numerics.ActivationRow": RESULT,
     "numerics.ActivationTable": RESULT,
     "numerics.NonFiniteError": ERROR,

@@ -245,6 +245,27 @@ def test_tensors_that_cannot_hold_them_or_have_no_values_are_not_checked() -> No
     assert seen == [((), None), ((), None), (((0, 3),), None)]
 
 
+def test_without_input_checks_a_float_mask_of_minus_inf_passes() -> None:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=4, nhead=2, batch_first=True)
+    mask = nn.Transformer.generate_square_subsequent_mask(3)  # -inf above the diagonal
+    x = torch.randn(2, 3, 4)
+    error = stopped(layer, x, src_mask=mask)
+    assert (error.layer, error.where, error.inf) == (None, "kwargs['src_mask']", 3)
+    with stop_at_nonfinite(layer, check_inputs=False) as watch:
+        layer(x, src_mask=mask)
+    assert watch.table[""].outputs == ((2, 3, 4),)
+    assert hooks(layer) == 0
+
+
+def test_without_input_checks_the_first_output_is_named() -> None:
+    model = nn.Sequential(nn.ReLU(), nn.Identity())
+    with pytest.raises(NonFiniteError) as caught, stop_at_nonfinite(model, check_inputs=False):
+        model(torch.tensor([math.inf]))
+    assert caught.value.layer == "0"
+    assert str(caught.value).startswith("layer '0' (ReLU) returned non-finite values: output")
+
+
 # -- hypothesis: against a layer-by-layer run -------------------------------------------
 
 LAYERS = st.sampled_from(["identity", "relu", "exp", "log", "scale_inf", "scale_zero"])
@@ -364,6 +385,12 @@ def test_a_watch_is_entered_once_at_a_time() -> None:
 def test_a_model_that_is_not_a_module_is_refused_by_name(model: Any) -> None:
     with pytest.raises(TypeError, match=r"model must be a torch.nn.Module, got "):
         stop_at_nonfinite(model)
+
+
+@pytest.mark.parametrize("value", [1, None, "no"])
+def test_check_inputs_must_be_a_bool(value: Any) -> None:
+    with pytest.raises(TypeError, match=r"check_inputs must be a bool, got "):
+        stop_at_nonfinite(nn.ReLU(), check_inputs=value)
 
 
 def test_a_row_shows_dashes_for_what_it_does_not_have() -> None:
