@@ -1,9 +1,8 @@
 """Find the first module of a model whose output holds NaN or inf.
 
-Used by the chapter *Numerics: NaN, inf and precision*: :func:`stop_at_nonfinite`
-watches every registered module of a model with forward hooks and raises
-:class:`NonFiniteError` at the first module boundary where a NaN or an infinity
-appears, naming the module whose own code made it; the rows of its
+:func:`stop_at_nonfinite` watches every registered module of a model with forward
+hooks and raises :class:`NonFiniteError` at the first module boundary where a NaN or an
+infinity appears, naming the module whose own code made it; the rows of its
 :class:`ActivationTable` give each module's largest finite magnitude on the way there.
 """
 
