@@ -173,7 +173,8 @@ class GroupRow:
 
     @property
     def stranded(self) -> bool:
-        """Trainable but in no group: it gets gradients and never moves."""
+        """True for a trainable parameter that no group holds (it gets gradients and
+        never moves)."""
         return self.trainable and self.group is None
 
     def cells(self) -> tuple[str | Cell, ...]:
