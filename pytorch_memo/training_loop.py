@@ -62,7 +62,10 @@ NORM_LAYERS: tuple[type[nn.Module], ...] = (
     nn.LocalResponseNorm,
 )
 """The normalisation layers of ``torch.nn`` (their subclasses too): :func:`param_groups`
-gives none of their parameters weight decay."""
+gives none of their parameters weight decay.
+
+:meta hide-value:
+"""
 
 
 def _owners(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:

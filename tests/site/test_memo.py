@@ -22,8 +22,11 @@ QUOTES = str.maketrans(
 def _plain(markdown: str) -> str:
     """Markdown as the page shows it, near enough: no backticks, no link targets, no
     emphasis marks, straight quotes, spaces collapsed."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown).replace("`", "")
-    return _shown(text.replace("**", ""))
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown)
+    # Emphasis marks go, but not inside code: `(x**2)` shows as written.
+    parts = text.split("`")
+    plain = "".join(p if i % 2 else p.replace("**", "") for i, p in enumerate(parts))
+    return _shown(plain)
 
 
 def _shown(text: str) -> str:
