@@ -113,10 +113,11 @@ def _storage(tensor: torch.Tensor) -> tuple[_StorageKey | None, int | None]:
     return (str(tensor.device), address), nbytes
 
 
-def _ignored_keys(ignore: object) -> set[_StorageKey]:
+def _ignored_keys(ignore: object, *, reader: str = "record_saved_tensors") -> set[_StorageKey]:
+    """The storages of ``ignore``, checked as the argument of ``reader``."""
     tensors = check_iterable(
         "ignore", ignore, spelled="an iterable of tensors (e.g. model.parameters())",
-        limit=MAX_IGNORED, work="record_saved_tensors reads the storage of each",
+        limit=MAX_IGNORED, work=f"{reader} reads the storage of each",
     )  # fmt: skip
     keys = set()
     for index, tensor in enumerate(tensors):
@@ -134,8 +135,9 @@ def record_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Sav
     """Record every tensor autograd saves for backward while the block runs.
 
     A pack hook (``torch.autograd.graph.saved_tensors_hooks``) notes each saved
-    tensor's shape and storage and hands the tensor back unchanged, so autograd keeps
-    exactly what it would have kept; the record holds no reference to it. Storages
+    tensor's shape and storage and hands autograd a detached alias of it (the same
+    memory, so autograd keeps what it would have kept, without the reference cycle a
+    saved output would make); the record holds no reference to it. Storages
     are told apart by device and address among the tensors still saved, so a storage
     saved twice counts once, and one freed by a ``backward`` in the block and
     allocated again counts again. Inside a non-reentrant checkpoint region the

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from pytorch_memo._checks import _shown, check_int, check_iterable, check_number, check_type
+from pytorch_memo._checks import check_int, check_number, check_type
 from pytorch_memo._table import Cell, NamedRows, ResultTable, shape_text
-from pytorch_memo.autograd_mechanics import MAX_IGNORED, _storage
+from pytorch_memo.autograd_mechanics import _ignored_keys, _storage
 from pytorch_memo.modules import _check_materialised
 
 __all__ = [
@@ -467,22 +467,6 @@ class SavedAlive:
         return f"SavedAlive(saved={self.saved}, alive={self.alive}, nbytes={self.nbytes})"
 
 
-def _ignored(ignore: object) -> set[tuple[str, int]]:
-    tensors = check_iterable(
-        "ignore", ignore, spelled="an iterable of tensors (e.g. model.parameters())",
-        limit=MAX_IGNORED, work="watch_saved_tensors reads the storage of each",
-    )  # fmt: skip
-    keys = set()
-    for index, tensor in enumerate(tensors):
-        if not isinstance(tensor, torch.Tensor):
-            msg = f"ignore[{index}] must be a torch.Tensor, got {type(tensor).__name__}: {_shown(tensor)}"
-            raise TypeError(msg)
-        key, _ = _storage(tensor)
-        if key is not None:
-            keys.add(key)
-    return keys
-
-
 @contextmanager
 def watch_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[SavedAlive]:
     """Follow every tensor autograd saves for backward while the block runs.
@@ -521,7 +505,7 @@ def watch_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Save
         >>> watched.alive, watched.nbytes
         (0, 0)
     """
-    record = SavedAlive(_ignored=_ignored(ignore))
+    record = SavedAlive(_ignored=_ignored_keys(ignore, reader="watch_saved_tensors"))
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         alias = tensor.detach()  # what the graph keeps: dies with the graph
