@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import memobook
-from memobook.record import MatrixRecord, minor, release_spans, source_digest, version_key
+from memobook.record import MatrixRecord, gpu_mark, minor, release_spans, source_digest, version_key
 
 _FIRST_LINE = re.compile(r"^(\w+(?:\.\w+)*): (.*)$")
 
@@ -60,6 +60,9 @@ class ErrorEntry:
     releases: dict[str, list[str]] = field(default_factory=dict)
     """Each message (``Type: first line``) the matrix saw, with the runs that printed it
     (``2.15 py3.11``), oldest first."""
+    gpu_run: str = ""
+    """For a ``gpu`` cell whose stored output is its GPU run's (:func:`~memobook.record.gpu_mark`):
+    that run (``torch 2.11.0+cu130 on NVIDIA H100 80GB HBM3, 2026-11-26``)."""
 
     @property
     def names(self) -> set[str]:
@@ -126,16 +129,26 @@ def _printed_lines(cell: dict[str, object]) -> list[str]:
     return lines
 
 
+def _exception_class(name: str) -> type | None:
+    """Python's or torch's exception class named ``name`` (``torch.`` optional), or None."""
+    short = name.removeprefix("torch.")
+    kind = getattr(builtins, short, None)
+    if kind is None:
+        import torch
+
+        kind = getattr(torch, short, None)
+    return kind if isinstance(kind, type) and issubclass(kind, BaseException) else None
+
+
 def _is_a(printed: str, names: set[str]) -> bool:
-    """Whether an exception printed as ``printed`` is one of ``names`` or, for Python's
-    own exceptions, a subclass of one (``NotImplementedError`` is a ``RuntimeError``)."""
+    """Whether an exception printed as ``printed`` is one of ``names`` or a subclass of
+    one, for Python's and torch's own exceptions (``NotImplementedError`` and, on a GPU,
+    ``AcceleratorError`` are ``RuntimeError``s)."""
     if printed in names:
         return True
-    kind = getattr(builtins, printed, None)
-    bases = [getattr(builtins, n, None) for n in names]
-    return isinstance(kind, type) and any(
-        isinstance(b, type) and issubclass(kind, b) for b in bases
-    )
+    kind = _exception_class(printed)
+    bases = [_exception_class(n) for n in names]
+    return kind is not None and any(b is not None and issubclass(kind, b) for b in bases)
 
 
 def _stored_messages(lines: list[str], names: set[str], pattern: str) -> list[str]:
@@ -214,6 +227,11 @@ def errors(root: Path | None = None, matrix: MatrixRecord | None = None) -> list
                         notes.get("cause", ""),
                         notes.get("fix", ""),
                     )
+                    mark = gpu_mark(cell)
+                    if mark is not None:
+                        entry.gpu_run = (
+                            f"torch {mark.torch} on {mark.device}, {mark.executed.split()[0]}"
+                        )
                     for run in record.sorted_runs():
                         seen = [
                             f"{kind}: {text}"
@@ -248,6 +266,10 @@ def span_text(runs: list[str]) -> str:
 
 def release_text(entry: ErrorEntry) -> str:
     """How the releases of the version matrix printed the error, in one line."""
+    if not entry.releases and entry.gpu_run:
+        return (
+            f"As the book's GPU run printed it ({entry.gpu_run}); the version matrix runs on CPU."
+        )
     if not entry.releases:
         return "Not yet caught by the version matrix."
     if len(entry.releases) == 1:

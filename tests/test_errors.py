@@ -255,7 +255,11 @@ def test_a_check_in_a_loop_gives_one_entry_per_error_it_printed() -> None:
     assert _stored_messages(printed, {"RuntimeError"}, "Expected reduction dim") == printed[:2]
     assert _is_a("NotImplementedError", {"RuntimeError"})  # a subclass, as `raises` allows
     assert not _is_a("ValueError", {"RuntimeError"})
-    assert not _is_a("BroadcastError", {"RuntimeError"})  # not Python's own: by name only
+    assert not _is_a("BroadcastError", {"RuntimeError"})  # neither Python's nor torch's
+    # torch's own classes too: what a CUDA kernel's assert raises, printed by its class
+    assert _is_a("AcceleratorError", {"RuntimeError"})
+    assert _is_a("OutOfMemoryError", {"torch.OutOfMemoryError"})
+    assert not _is_a("OutOfMemoryError", {"ValueError"})
 
 
 def test_a_run_is_credited_only_with_this_entrys_wording() -> None:
