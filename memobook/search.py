@@ -21,7 +21,11 @@ weight. Its URL is the section's anchor, so a result opens the section itself.
   inside the article and opens folded cells that hold them.
 
 The index is written to ``_build/html/pagefind/`` at the end of every HTML build (the
-``build-finished`` event), replacing the previous one whole.
+``build-finished`` event), replacing the previous one whole, without Pagefind's own
+search interfaces (``UNUSED``: 2.7 MB the script never loads). The theme loads Sphinx's
+search tools and its whole-site ``searchindex.js`` (some 240 KB) on every page for a
+search-as-you-type this site does not use; :func:`drop_search_tools` leaves them only on
+the search page, where they are the fallback when Pagefind cannot load (``file://``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,17 @@ import memobook
 
 BUNDLE = "pagefind"
 """The folder of the built site that holds the index and Pagefind's scripts."""
+
+UNUSED = ("pagefind-ui.", "pagefind-component-ui.", "pagefind-modular-ui.")
+"""Pagefind's ready-made search interfaces (scripts and styles, by name prefix): the site
+runs its own (``memo-search.js``), which imports ``pagefind.js`` alone."""
+
+SEARCH_TOOLS = re.compile(
+    r'[ \t]*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|'
+    r'searchindex\.js)"></script>\n?'
+)
+"""The theme's tags that load Sphinx's search on every page (pydata-sphinx-theme's
+``layout.html``, for its search-as-you-type)."""
 
 WEIGHTS = {"title": 5.0, "prose": 1.0, "code": 0.8, "output": 0.5, "context": 0.5}
 """Weight of a word by where it stands in a section (Pagefind's scale, 0 to 10)."""
@@ -251,6 +266,9 @@ def write_index(records: Iterable[Record], site: Path) -> Path:
         _run_pagefind(records, staging / BUNDLE)
         if not (staging / BUNDLE / "pagefind.js").is_file():
             raise RuntimeError(f"Pagefind wrote no pagefind.js into {staging / BUNDLE}")
+        for unused in (staging / BUNDLE).iterdir():
+            if unused.is_file() and unused.name.startswith(UNUSED):
+                unused.unlink()
         old = None
         if target.exists():
             old = staging / "old"
@@ -259,6 +277,24 @@ def write_index(records: Iterable[Record], site: Path) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def drop_search_tools(site: Path) -> int:
+    """Take the theme's Sphinx-search tags out of every page of ``site`` but the search
+    page (``search.html``, where the theme's search is the fallback); return how many
+    pages changed. Each page is rewritten atomically."""
+    from pytorch_memo._files import write_text
+
+    changed = 0
+    for page in sorted(site.rglob("*.html")):
+        if page.name == "search.html" or BUNDLE in page.relative_to(site).parts:
+            continue
+        text = page.read_text(encoding="utf-8")
+        kept = SEARCH_TOOLS.sub("", text)
+        if kept != text:
+            write_text(page, kept)
+            changed += 1
+    return changed
 
 
 class _Index:
@@ -291,6 +327,7 @@ class _Index:
             self.pages[docname] = self.page(app, app.env.get_doctree(docname), docname)
         records = [r for name in sorted(self.pages) for r in self.pages[name]]
         write_index(records, Path(app.outdir))
+        drop_search_tools(Path(app.outdir))
         logging.getLogger(__name__).info(
             f"search index: {len(records)} sections in {time.monotonic() - start:.1f} s"
         )

@@ -57,6 +57,31 @@ STATIC = Path(__file__).parent / "static"
 HELPERS_TITLE = "Helpers used in this chapter"
 
 
+PNG_ICONS = (
+    ("icon", "favicon-32.png", "32x32"),
+    ("apple-touch-icon", "apple-touch-icon.png", "180x180"),
+)
+"""Icons beside the SVG favicon (``html_favicon``), made from ``static/logo.svg``: browsers
+that show no SVG favicon (Safari) take the PNG, and a phone's home screen the 180 px one."""
+
+
+def _icon_links(prefix: str) -> str:
+    """The ``<link>`` tags of :data:`PNG_ICONS`, their files under ``prefix``."""
+    from html import escape
+
+    return "".join(
+        f'<link rel="{rel}" type="image/png" sizes="{size}" href="{escape(prefix + name)}">\n'
+        for rel, name, size in PNG_ICONS
+    )
+
+
+def _png_icons(
+    app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
+) -> None:
+    prefix = context["pathto"]("_static/", 1)
+    context["metatags"] = context.get("metatags", "") + "\n" + _icon_links(prefix)
+
+
 def _dedupe_scripts(
     app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
 ) -> None:
@@ -891,6 +916,7 @@ def _write_root_page(app: Sphinx, exception: Exception | None) -> None:
     target = escape(f"{app.config.root_doc}.html")
     icon = Path(app.config.html_favicon or "").name
     link = f'<link rel="icon" href="_static/{escape(icon)}">\n' if icon else ""
+    link += _icon_links("_static/")
     page = (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{escape(app.config.html_title)}</title>\n{link}"
@@ -926,4 +952,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("doctree-read", _add_helper_links, priority=400)
     app.connect("html-page-context", _pdf_download, priority=600)  # after the theme's buttons
     app.connect("html-page-context", _dedupe_scripts, priority=1000)  # after the others
+    app.connect("html-page-context", _png_icons)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -13,7 +13,15 @@ from docutils.parsers.rst import Parser
 from docutils.utils import new_document
 
 import memobook
-from memobook.search import BUNDLE, Record, page_records, text_of, write_index
+from memobook.search import (
+    BUNDLE,
+    UNUSED,
+    Record,
+    drop_search_tools,
+    page_records,
+    text_of,
+    write_index,
+)
 
 
 def _section(ids: str, title: str, *children: nodes.Node) -> nodes.section:
@@ -133,6 +141,27 @@ def test_the_index_is_written_whole_and_replaces_the_old_one(tmp_path: Path) -> 
     entry = json.loads((bundle / "pagefind-entry.json").read_text())
     assert entry["languages"]["en"]["page_count"] == len(records)
     assert sorted(p.name for p in tmp_path.iterdir()) == [BUNDLE], "nothing left beside it"
+    ui = [p.name for p in bundle.iterdir() if p.name.startswith(UNUSED)]
+    assert not ui, f"Pagefind's own interfaces, which the site never loads: {ui}"
+
+
+def test_the_themes_search_tools_stay_only_on_the_search_page(tmp_path: Path) -> None:
+    tags = (
+        '    <script src="../_static/searchtools.js"></script>\n'
+        '    <script src="../_static/language_data.js"></script>\n'
+        '    <script src="../searchindex.js"></script>\n'
+    )
+    kept = '    <script src="../_static/memo-search.js?v=1"></script>\n'
+    (tmp_path / "book").mkdir()
+    chapter = tmp_path / "book" / "views.html"
+    chapter.write_text(f"<head>\n{tags}{kept}</head>\n")
+    search_page = tmp_path / "search.html"
+    search_page.write_text(f"<head>\n{tags}</head>\n")
+    assert drop_search_tools(tmp_path) == 1
+    assert chapter.read_text() == f"<head>\n{kept}</head>\n"
+    assert search_page.read_text() == f"<head>\n{tags}</head>\n", "the file:// fallback"
+    assert drop_search_tools(tmp_path) == 0, "a second pass changes nothing"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["book", "search.html", "views.html"]
 
 
 def test_writing_into_a_missing_folder_names_it(tmp_path: Path) -> None:

@@ -103,6 +103,12 @@ def test_every_page_declares_a_favicon() -> None:
         if not head.search(path.read_text(encoding="utf-8").split("</head>", 1)[0])
     ]
     assert not missing, f"pages without a favicon: {missing}"
+    # Beside the SVG, PNG icons (test_links checks that they exist): Safari shows no
+    # SVG favicon, and a phone's home screen takes the 180 px one.
+    png = re.compile(r'<link rel="(icon|apple-touch-icon)" type="image/png" sizes="(\d+)x\2"')
+    for path in pages:
+        found = {m.group(1) for m in png.finditer(path.read_text(encoding="utf-8"))}
+        assert found == {"icon", "apple-touch-icon"}, f"{path.relative_to(HTML)}: {found}"
 
 
 def test_a_fresh_browser_finds_every_file_it_asks_for(browser: Browser, site_url: str) -> None:

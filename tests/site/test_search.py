@@ -304,8 +304,13 @@ def test_a_name_finds_the_chapter_that_teaches_it(
 
 
 def test_the_search_box_leads_to_the_results(page: Page, site_url: str) -> None:
-    """The theme's search box (Ctrl+K) opens this search's results, at 1280 px."""
+    """The theme's search box (Ctrl+K) opens this search's results, at 1280 px; a
+    chapter page does not load the theme's whole-site index to do it."""
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
     page.goto(f"{site_url}/book/views.html")
+    page.wait_for_load_state("load")
+    assert not [u for u in asked if "searchindex.js" in u or "searchtools.js" in u], asked
     page.keyboard.press("Control+k")
     box = page.locator("#pst-search-dialog input[name=q]")
     box.wait_for(state="visible")
