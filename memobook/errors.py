@@ -338,7 +338,8 @@ class Change:
 
 def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> list[Change]:
     """Every version branch of the book's claim cells, with the runs that took each side
-    (only runs of the cell as it reads now), newest change first; branches that split the
+    (only runs that passed the cell as it reads now; for a ``gpu`` cell, its GPU run,
+    named ``2.11 GPU``, not the matrix's CPU runs, which skip it), newest change first; branches that split the
     releases otherwise (one release alone, say) come last."""
     from memobook.claims import cell_claims, version_branches
 
@@ -354,6 +355,7 @@ def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> lis
                 continue
             cell_id = str(cell.get("id", ""))
             digest = source_digest(source)
+            gpu = gpu_mark(cell)
             mine: list[Change] = []
             for index, branch in enumerate(branches):
                 change = Change(
@@ -364,10 +366,16 @@ def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> lis
                     f"if {branch.test}",
                 )
                 for run, outcome in record.cell_runs(chapter.name, cell_id, digest):
-                    if index < len(outcome.branches):
+                    # Only a run that passed the cell took a side: the matrix also
+                    # notes the side of a `gpu` cell it skipped (no CUDA there).
+                    if outcome.outcome == "passed" and index < len(outcome.branches):
                         side = outcome.branches[index]
                         runs = change.then_runs if side == "then" else change.else_runs
                         runs.append(_run_name(run.torch, run.python))
+                if gpu is not None:  # a gpu cell: its GPU run passed it as it reads now
+                    side = branch.taken(gpu.torch)
+                    runs = change.then_runs if side == "then" else change.else_runs
+                    runs.append(f"{minor(gpu.torch)} GPU")
                 # A cell that branches on the same test several times is one change,
                 # unless the runs took the branches differently.
                 if not any(

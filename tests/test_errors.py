@@ -220,6 +220,46 @@ def test_a_cell_branching_on_one_test_twice_is_one_change(tmp_path: Path) -> Non
     ]
 
 
+GPU_BRANCHING = """\
+# Claim: on CUDA, torch 2.11 takes the new path.
+if not torch.cuda.is_available():
+    print("needs a GPU")
+elif torch.__version__ >= "2.10":
+    assert new_path()
+else:
+    assert old_path()
+"""
+
+
+def test_a_gpu_cells_sides_come_from_its_gpu_run_not_the_cpu_runs_that_skipped_it(
+    tmp_path: Path,
+) -> None:
+    from memobook.record import GPU_MARK
+
+    root = _book(tmp_path)
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(GPU_BRANCHING, id="gpu", metadata={"tags": ["gpu"]})
+    mark = {"executed": "2026-11-26 11:24 UTC", "torch": "2.11.0+cu130", "device": "H100"}
+    cell.metadata[GPU_MARK] = {**mark, "code": source_digest(GPU_BRANCHING)}
+    nb.cells = [cell]
+    (root / "book" / "topic.ipynb").write_text(nbformat.writes(nb))
+    record = MatrixRecord()
+    for torch, outcome in [("2.9.1", "skipped"), ("2.12.1", "skipped"), ("2.13.0", "failed")]:
+        side = "then" if torch >= "2.10" else "else"
+        claim = ClaimOutcome(outcome, source_digest(GPU_BRANCHING), (side,))
+        run = MatrixRun(torch, "0", "d", "3.11.7", Outcome(1, 0, 0), {}, {"topic": {"gpu": claim}})
+        record = record.with_run(run)
+    (found,) = changes(root, record)
+    assert (found.then_runs, found.else_runs) == (["2.11 GPU"], [])
+    assert found.changed_in == "", "one run on one side says nothing of when it changed"
+    assert "torch 2.11 (GPU)" in changes_text([found])
+    cell.metadata.pop(GPU_MARK)  # never run on a GPU: no run took a side
+    nb.cells = [cell]
+    (root / "book" / "topic.ipynb").write_text(nbformat.writes(nb))
+    (found,) = changes(root, record)
+    assert (found.then_runs, found.else_runs) == ([], [])
+
+
 def test_a_deprecation_names_old_new_warning_and_the_runs_that_passed(
     tmp_path: Path,
 ) -> None:
