@@ -368,6 +368,9 @@ def _objects(memo: dict[Spec, Any]) -> dict[str, Callable[[], Any]]:
         "huge_split": lambda: [[list(range(10**6))]],
         "noisy_range": lambda: memo_module("randomness").NoisyRange(3, seed=0),
         "two_heads": lambda: memo_module("parallel").TwoHeads(),
+        "kv_cache": lambda: memo_module("attention").KVCache(
+            batch=1, heads=2, max_len=8, head_dim=5
+        ),
         "dtype_ranges": lambda: memo_module("mixed_precision").dtype_ranges(),
         "dtype_ranges_empty": lambda: memo_module("mixed_precision").DtypeRanges(()),
         "op_mm": lambda: lambda t: t.reshape(1, -1) @ torch.ones(t.numel(), 2),

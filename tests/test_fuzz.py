@@ -293,6 +293,10 @@ GATHER = [
       [*T("index_negative", "index_huge_values", "floats", "meta_index"), *BAD_TENSORS]),
 ]  # fmt: skip
 MODULE = A(M(*MODULE_NAMES), GARBAGE)
+QKV = A(
+    T("image", "floats", "half", "meta_small", "transposed", "wide_overlap"),
+    [*T("ints", "bool", "complex", "vector", "scalar", "meta_huge_2d"), *BAD_TENSORS, *GARBAGE],
+)
 PATH_OR_DIR = A(P("build_dir", "directory", "missing"), [*P(*PATH_NAMES), *BAD_PATHS])
 AVERAGES = A([*O("averages"), []], [[1, 2], *GARBAGE])
 LENGTH = A([0, 3], [-1, 2**63, *INTS])  # a dataset's length (len() takes < 2**63)
@@ -450,6 +454,35 @@ REGISTRY: dict[str, Entry | str] = {
     "numerics.ActivationRow": RESULT,
     "numerics.ActivationTable": RESULT,
     "numerics.NonFiniteError": ERROR,
+    # attention: the written-out formula refuses more scores than SCORE_LIMIT; the cache
+    # preallocates at most 2**28 elements and refuses positions beyond max_len
+    "attention.attention": Entry(
+        calls(
+            [QKV, QKV, QKV],
+            {
+                "attn_mask": A(
+                    [None, *T("bool", "image")], [*T("ints", "floats"), *BAD_TENSORS, 3]
+                ),
+                "is_causal": BOOL,
+                "scale": A([None, 0.5, 2], NUMBERS),
+                "enable_gqa": BOOL,
+            },
+        )
+    ),
+    "attention.KVCache": Entry(
+        calls(
+            [],
+            {
+                "batch": A([1, 2], [0, 2**40, *INTS]),
+                "heads": A([1, 2], [0, 2**40, *INTS]),
+                "max_len": A([1, 8], [0, 2**40, *INTS]),
+                "head_dim": A([1, 5], [0, 2**40, *INTS]),
+                "dtype": A([torch.float32, torch.float64], [torch.int64, "float32", None, 3]),
+                "device": DEVICE,
+            },
+        )
+    ),
+    "attention.KVCache.append": Entry(calls([SELF("kv_cache"), QKV, QKV])),
     # checkpoint and archive (their fixes are another developer's: see the report)
     "checkpoint.save_checkpoint": Entry(
         calls(

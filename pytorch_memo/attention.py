@@ -1,0 +1,293 @@
+"""Attention written out: the formula ``scaled_dot_product_attention`` computes, and a KV cache."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from pytorch_memo._checks import (
+    check_count,
+    check_device,
+    check_int,
+    check_number,
+    check_tensor,
+    check_type,
+)
+
+__all__ = ["KVCache", "attention"]
+
+SCORE_LIMIT = 2**27
+"""The most attention scores (L x S per batch and head) :func:`attention` materializes."""
+
+
+def _floating(name: str, value: Any) -> torch.Tensor:
+    tensor = check_tensor(name, value)
+    if not tensor.is_floating_point():
+        msg = f"{name} must hold floating-point values, got dtype {tensor.dtype}"
+        raise TypeError(msg)
+    if tensor.dim() < 2:
+        msg = f"{name} must have at least 2 dimensions (..., length, features), got shape {tuple(tensor.shape)}"
+        raise ValueError(msg)
+    return tensor
+
+
+def _same(name: str, tensor: torch.Tensor, query: torch.Tensor) -> None:
+    if tensor.dtype != query.dtype or tensor.device != query.device:
+        msg = (
+            f"{name} must have query's dtype and device ({query.dtype} on {query.device}), "
+            f"got {tensor.dtype} on {tensor.device}"
+        )
+        raise ValueError(msg)
+
+
+def _repeat_heads(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if query.dim() < 3:
+        msg = f"query must have a heads dimension (..., heads, length, features) with enable_gqa=True, got shape {tuple(query.shape)}"
+        raise ValueError(msg)
+    heads, groups = query.size(-3), key.size(-3)
+    if key.dim() < 3 or value.dim() < 3 or value.size(-3) != groups:
+        msg = (
+            "key and value must have the same number of heads (dimension -3) with "
+            f"enable_gqa=True, got shapes {tuple(key.shape)} and {tuple(value.shape)}"
+        )
+        raise ValueError(msg)
+    if groups == 0 or heads % groups:
+        msg = (
+            f"key's heads ({groups}) must divide query's heads ({heads}) with "
+            "enable_gqa=True: each group of query heads shares one key head"
+        )
+        raise ValueError(msg)
+    return key.repeat_interleave(heads // groups, -3), value.repeat_interleave(heads // groups, -3)
+
+
+def attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """Attention as the formula: ``softmax(query @ key.mT * scale + bias) @ value``.
+
+    The reference that ``torch.nn.functional.scaled_dot_product_attention`` documents
+    (without dropout), materializing the L x S scores. A boolean ``attn_mask`` keeps the
+    scores where it is True (True means "take part"); a floating one is added to them.
+    ``is_causal`` lets query ``i`` see keys ``0..i`` (a lower triangle from the top-left
+    corner, also when there are more keys than queries). A row whose every score is
+    masked is NaN here (softmax of nothing but ``-inf``); torch's fused kernels may
+    return zeros instead.
+
+    Args:
+        query: ``(..., L, E)``, floating point.
+        key: ``(..., S, E)``, query's dtype and device.
+        value: ``(..., S, Ev)``, query's dtype and device.
+        attn_mask: bool, or query's dtype; broadcastable to ``(..., L, S)``.
+        is_causal: mask the scores above the diagonal; not with ``attn_mask``.
+        scale: multiplies the scores; ``1 / sqrt(E)`` when None.
+        enable_gqa: let key and value have fewer heads (dimension -3) than query,
+            a divisor of its count: each key head serves that many query heads in turn.
+
+    Returns:
+        ``(..., L, Ev)``, query's dtype.
+
+    Raises:
+        TypeError: an argument has the wrong type, or a tensor is not floating point
+            (the mask: neither bool nor query's dtype).
+        ValueError: the shapes, dtypes or devices do not fit together, both
+            ``attn_mask`` and ``is_causal`` are given, or the scores would exceed
+            ``SCORE_LIMIT`` elements.
+
+    Example:
+        >>> import torch.nn.functional as F
+        >>> q, k, v = torch.randn(3, 2, 4, 8).unbind(0)
+        >>> torch.allclose(attention(q, k, v), F.scaled_dot_product_attention(q, k, v), atol=1e-6)
+        True
+    """
+    query = _floating("query", query)
+    key, value = _floating("key", key), _floating("value", value)
+    _same("key", key, query)
+    _same("value", value, query)
+    check_type("is_causal", is_causal, bool, "a bool")
+    check_type("enable_gqa", enable_gqa, bool, "a bool")
+    if is_causal and attn_mask is not None:
+        msg = "attn_mask must be None with is_causal=True (torch 2.14 and later refuse both)"
+        raise ValueError(msg)
+    factor = 1 / math.sqrt(query.size(-1)) if scale is None else check_number("scale", scale)
+    if query.size(-1) != key.size(-1) or key.size(-2) != value.size(-2):
+        msg = (
+            "query and key must share the features (last dimension) and key and value "
+            f"the length (dimension -2), got shapes {tuple(query.shape)}, "
+            f"{tuple(key.shape)} and {tuple(value.shape)}"
+        )
+        raise ValueError(msg)
+    if enable_gqa:
+        key, value = _repeat_heads(query, key, value)
+    length, source = query.size(-2), key.size(-2)
+    try:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # type: ignore[no-untyped-call]
+    except RuntimeError:
+        msg = (
+            "query, key and value must have broadcastable batch dimensions, got shapes "
+            f"{tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}"
+        )
+        raise ValueError(msg) from None
+    check_count(
+        "the scores (query's length x key's length, per batch and head)",
+        math.prod(batch) * length * source,
+        limit=SCORE_LIMIT,
+        what="elements",
+        work="the written-out form holds every score at once",
+    )
+    scores = query @ key.transpose(-2, -1) * factor
+    if is_causal:
+        keep = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, -math.inf)
+    elif attn_mask is not None:
+        mask = check_tensor("attn_mask", attn_mask)
+        if mask.dtype not in (torch.bool, query.dtype):
+            msg = f"attn_mask must be bool or query's dtype {query.dtype}, got {mask.dtype}"
+            raise TypeError(msg)
+        if mask.device != query.device:
+            msg = f"attn_mask must be on query's device {query.device}, got {mask.device}"
+            raise ValueError(msg)
+        try:
+            fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape  # type: ignore[no-untyped-call]
+        except RuntimeError:
+            fits = False
+        if not fits:
+            msg = (
+                f"attn_mask must broadcast to the scores' shape {tuple(scores.shape)}, "
+                f"got {tuple(mask.shape)}"
+            )
+            raise ValueError(msg)
+        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+    return scores.softmax(dim=-1) @ value
+
+
+class KVCache:
+    """Keys and values of the tokens seen so far, for decoding one step at a time.
+
+    Preallocates ``(batch, heads, max_len, head_dim)`` for keys and for values;
+    :meth:`append` writes the new positions in place and returns views of everything
+    written so far, so a step attends to all earlier tokens without recomputing their
+    keys and values.
+
+    Args:
+        batch: sequences decoded side by side (>= 1).
+        heads: key/value heads (>= 1).
+        max_len: the most positions it holds (>= 1).
+        head_dim: features per head (>= 1).
+        dtype: a floating-point dtype.
+        device: where the buffers live.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: a size is below 1, or the buffers would exceed 2**28 elements.
+        RuntimeError: ``device`` cannot be used here (no CUDA, no such index).
+
+    Example:
+        >>> cache = KVCache(batch=1, heads=2, max_len=8, head_dim=4)
+        >>> keys, values = cache.append(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
+        >>> keys.shape, len(cache)
+        (torch.Size([1, 2, 3, 4]), 3)
+    """
+
+    def __init__(
+        self,
+        *,
+        batch: int,
+        heads: int,
+        max_len: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        sizes = [
+            check_int(name, value, minimum=1)
+            for name, value in (
+                ("batch", batch),
+                ("heads", heads),
+                ("max_len", max_len),
+                ("head_dim", head_dim),
+            )
+        ]
+        check_type("dtype", dtype, torch.dtype, "a torch.dtype")
+        if not dtype.is_floating_point:
+            msg = f"dtype must be a floating-point dtype, got {dtype}"
+            raise TypeError(msg)
+        where = check_device("device", device)
+        check_count(
+            "the cache (2 x batch x heads x max_len x head_dim)",
+            2 * math.prod(sizes),
+            limit=2**28,
+            what="elements",
+            work="keys and values are preallocated",
+        )
+        try:
+            self.keys = torch.zeros(sizes, dtype=dtype, device=where)
+            self.values = torch.zeros(sizes, dtype=dtype, device=where)
+        except RuntimeError as error:  # no such device here (no CUDA, a missing index)
+            first = (
+                str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            )
+            msg = f"device {where} cannot hold the cache: {first}"
+            raise RuntimeError(msg) from error
+        self._length = 0
+
+    def __len__(self) -> int:
+        """The positions written so far."""
+        return self._length
+
+    def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``key`` and ``value`` (``(batch, heads, new, head_dim)``) after the earlier ones.
+
+        Args:
+            key: the new positions' keys, the cache's shape but for dimension 2.
+            value: the new positions' values, ``key``'s shape.
+
+        Returns:
+            ``(keys, values)``: views of all positions written so far, ``(batch,
+            heads, len(self), head_dim)``; the next :meth:`append` writes after them.
+
+        Raises:
+            TypeError: ``key`` or ``value`` is not a tensor.
+            ValueError: a shape, dtype or device differs from the cache's, or the
+                cache would hold more than ``max_len`` positions (nothing is written).
+        """
+        batch, heads, max_len, head_dim = self.keys.shape
+        for name, tensor in (("key", key), ("value", value)):
+            check_tensor(name, tensor)
+            if (
+                tensor.dim() != 4
+                or tensor.shape[:2] != (batch, heads)
+                or tensor.size(3) != head_dim
+            ):
+                msg = (
+                    f"{name} must have shape ({batch}, {heads}, new, {head_dim}), "
+                    f"got {tuple(tensor.shape)}"
+                )
+                raise ValueError(msg)
+            if tensor.dtype != self.keys.dtype or tensor.device != self.keys.device:
+                msg = (
+                    f"{name} must be {self.keys.dtype} on {self.keys.device}, "
+                    f"got {tensor.dtype} on {tensor.device}"
+                )
+                raise ValueError(msg)
+        if key.size(2) != value.size(2):
+            msg = f"key and value must add as many positions, got {key.size(2)} and {value.size(2)}"
+            raise ValueError(msg)
+        end = self._length + key.size(2)
+        if end > max_len:
+            msg = f"key adds {key.size(2)} positions to {self._length}: more than max_len={max_len}"
+            raise ValueError(msg)
+        self.keys[:, :, self._length : end] = key
+        self.values[:, :, self._length : end] = value
+        self._length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]

@@ -1,0 +1,203 @@
+"""pytorch_memo.attention, checked against plain torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytorch_memo.attention import KVCache, attention
+
+
+def _qkv(
+    seed: int, batch: int, heads: int, groups: int, length: int, source: int, dim: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator]:
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, length, dim, generator=g, dtype=torch.float64)
+    k = torch.randn(batch, groups, source, dim, generator=g, dtype=torch.float64)
+    v = torch.randn(batch, groups, source, dim + 1, generator=g, dtype=torch.float64)
+    return q, k, v, g
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    batch=st.integers(1, 2),
+    groups=st.integers(1, 2),
+    per_group=st.integers(1, 3),
+    length=st.integers(1, 5),
+    source=st.integers(1, 6),
+    dim=st.integers(1, 8),
+    mask_kind=st.sampled_from(["none", "bool", "float", "causal"]),
+    scale=st.one_of(st.none(), st.floats(0.1, 2.0)),
+)
+def test_attention_is_sdpa(
+    seed: int,
+    batch: int,
+    groups: int,
+    per_group: int,
+    length: int,
+    source: int,
+    dim: int,
+    mask_kind: str,
+    scale: float | None,
+) -> None:
+    heads = groups * per_group
+    q, k, v, g = _qkv(seed, batch, heads, groups, length, source, dim)
+    options: dict[str, Any] = {"scale": scale}
+    if mask_kind == "bool":
+        mask = torch.rand(length, source, generator=g) > 0.5
+        mask[:, 0] = True  # no row fully masked: the fused kernels return zeros there
+        options["attn_mask"] = mask
+    elif mask_kind == "float":
+        options["attn_mask"] = torch.randn(
+            batch, 1, length, source, generator=g, dtype=torch.float64
+        )
+    elif mask_kind == "causal":
+        options["is_causal"] = True
+    expected = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(per_group, 1), v.repeat_interleave(per_group, 1), **options
+    )
+    written = attention(q, k, v, enable_gqa=True, **options)
+    torch.testing.assert_close(written, expected)
+    if per_group == 1:
+        torch.testing.assert_close(attention(q, k, v, **options), expected)
+
+
+def test_a_boolean_mask_keeps_where_true_and_equals_its_additive_form() -> None:
+    q, k, v, _ = _qkv(0, 1, 2, 2, 3, 4, 5)
+    keep = torch.tensor([[True, False, True, False]] * 3)
+    bias = torch.zeros(3, 4, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+    torch.testing.assert_close(
+        attention(q, k, v, attn_mask=keep), attention(q, k, v, attn_mask=bias)
+    )
+    torch.testing.assert_close(
+        attention(q, k, v, attn_mask=keep), attention(q, k[:, :, ::2], v[:, :, ::2])
+    )
+
+
+def test_a_fully_masked_row_is_nan_in_the_formula() -> None:
+    q, k, v, _ = _qkv(1, 1, 1, 1, 2, 3, 4)
+    keep = torch.tensor([[True, True, True], [False, False, False]])
+    out = attention(q, k, v, attn_mask=keep)
+    assert out[..., 1, :].isnan().all()
+    assert not out[..., 0, :].isnan().any()
+
+
+def test_decoding_with_the_cache_is_causal_attention_over_the_prefix() -> None:
+    q, k, v, _ = _qkv(2, 2, 4, 4, 6, 6, 8)
+    v = v[..., :8]
+    cache = KVCache(batch=2, heads=4, max_len=6, head_dim=8, dtype=torch.float64)
+    keys, values = cache.append(k[:, :, :2], v[:, :, :2])  # a prompt of two tokens
+    steps = [attention(q[:, :, :2], keys, values, is_causal=True)]
+    for t in range(2, 6):
+        keys, values = cache.append(k[:, :, t : t + 1], v[:, :, t : t + 1])
+        assert len(cache) == t + 1
+        assert keys.shape == (2, 4, t + 1, 8)
+        assert keys.data_ptr() == cache.keys.data_ptr()  # a view, not a copy
+        steps.append(F.scaled_dot_product_attention(q[:, :, t : t + 1], keys, values))
+    full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(torch.cat(steps, dim=2), full)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda q: attention(q, q, q.int()), TypeError, "value must hold floating-point"),
+        (lambda q: attention(q, q, q.float()), ValueError, "value must have query's dtype"),
+        (lambda q: attention(q[0, 0, 0], q, q), ValueError, "query must have at least 2"),
+        (lambda q: attention(q, q[..., :1], q), ValueError, "share the features"),
+        (
+            lambda q: attention(q, q, q, is_causal=1),  # type: ignore[arg-type]
+            TypeError,
+            "is_causal must be a bool",
+        ),
+        (
+            lambda q: attention(
+                q, q, q, is_causal=True, attn_mask=torch.ones(3, 3, dtype=torch.bool)
+            ),
+            ValueError,
+            "attn_mask must be None with is_causal=True",
+        ),
+        (
+            lambda q: attention(q, q, q, attn_mask=torch.ones(3, 3)),
+            TypeError,
+            "attn_mask must be bool",
+        ),
+        (
+            lambda q: attention(q, q, q, attn_mask=torch.ones(3, 4, dtype=torch.bool)),
+            ValueError,
+            r"attn_mask must broadcast to the scores' shape \(1, 2, 3, 3\), got \(3, 4\)",
+        ),
+        (
+            lambda q: attention(q, q[:, :1].repeat(1, 3, 1, 1), q, enable_gqa=True),
+            ValueError,
+            "value must have",
+        ),
+        (
+            lambda q: attention(
+                q, q[:, :1].repeat(1, 3, 1, 1), q[:, :1].repeat(1, 3, 1, 1), enable_gqa=True
+            ),
+            ValueError,
+            r"key's heads \(3\) must divide query's heads \(2\)",
+        ),
+        (
+            lambda q: attention(q, q, q, scale=float("nan")),
+            ValueError,
+            "scale must be a finite number",
+        ),
+    ],
+)
+def test_bad_arguments_are_named(call, error: type[Exception], message: str) -> None:  # type: ignore[no-untyped-def]
+    q = torch.zeros(1, 2, 3, 2, dtype=torch.float64)
+    with pytest.raises(error, match=message):
+        call(q)
+
+
+def test_too_many_scores_are_refused_before_any_is_computed() -> None:
+    q = torch.empty(1, 1, 2**14, 1, device="meta")
+    with pytest.raises(
+        ValueError, match=r"the scores .* has 268435456 elements; at most 134217728"
+    ):
+        attention(q, q, q)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"batch": 0}, ValueError, "batch must be >= 1, got 0"),
+        ({"head_dim": 2.0}, TypeError, "head_dim must be an int"),
+        ({"dtype": torch.int64}, TypeError, "dtype must be a floating-point dtype"),
+        ({"max_len": 2**40}, ValueError, "the cache .* has"),
+        ({"device": "cpu:1"}, ValueError, "device"),
+    ],
+)
+def test_bad_cache_sizes_are_named(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    sizes: dict[str, object] = {"batch": 1, "heads": 2, "max_len": 4, "head_dim": 3, **options}
+    with pytest.raises(error, match=message):
+        KVCache(**sizes)  # type: ignore[arg-type]
+
+
+def test_a_full_cache_refuses_more_and_writes_nothing() -> None:
+    cache = KVCache(batch=1, heads=2, max_len=4, head_dim=3)
+    cache.append(torch.ones(1, 2, 3, 3), torch.ones(1, 2, 3, 3))
+    with pytest.raises(ValueError, match=r"key adds 2 positions to 3: more than max_len=4"):
+        cache.append(torch.full((1, 2, 2, 3), 2.0), torch.full((1, 2, 2, 3), 2.0))
+    assert len(cache) == 3
+    assert cache.keys[:, :, 3].eq(0).all()
+    with pytest.raises(
+        ValueError, match=r"key must have shape \(1, 2, new, 3\), got \(1, 3, 1, 3\)"
+    ):
+        cache.append(torch.ones(1, 3, 1, 3), torch.ones(1, 3, 1, 3))
+    with pytest.raises(
+        ValueError, match=r"value must be torch\.float32 on cpu, got torch\.float64"
+    ):
+        cache.append(torch.ones(1, 2, 1, 3), torch.ones(1, 2, 1, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="key and value must add as many positions, got 1 and 0"):
+        cache.append(torch.ones(1, 2, 1, 3), torch.ones(1, 2, 0, 3))
