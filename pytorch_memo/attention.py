@@ -285,7 +285,10 @@ class KVCache:
             raise ValueError(msg)
         end = self._length + key.size(2)
         if end > max_len:
-            msg = f"key adds {key.size(2)} positions to {self._length}: more than max_len={max_len}"
+            msg = (
+                f"key adds {key.size(2)} position(s) to the {self._length} held: "
+                f"more than max_len={max_len}"
+            )
             raise ValueError(msg)
         self.keys[:, :, self._length : end] = key
         self.values[:, :, self._length : end] = value

@@ -187,7 +187,9 @@ def test_bad_cache_sizes_are_named(
 def test_a_full_cache_refuses_more_and_writes_nothing() -> None:
     cache = KVCache(batch=1, heads=2, max_len=4, head_dim=3)
     cache.append(torch.ones(1, 2, 3, 3), torch.ones(1, 2, 3, 3))
-    with pytest.raises(ValueError, match=r"key adds 2 positions to 3: more than max_len=4"):
+    with pytest.raises(
+        ValueError, match=r"key adds 2 position\(s\) to the 3 held: more than max_len=4"
+    ):
         cache.append(torch.full((1, 2, 2, 3), 2.0), torch.full((1, 2, 2, 3), 2.0))
     assert len(cache) == 3
     assert cache.keys[:, :, 3].eq(0).all()
