@@ -43,6 +43,13 @@ class Concept:
 
 
 CONCEPTS = (
+    Concept("attention mask (`attn_mask`)", "attention", "masks-true-takes-part-an-additive-mask-is-added", "attn_mask"),
+    Concept("causal attention (`is_causal`)", "attention", "is-causal-a-triangle-from-the-top-left-corner", "is_causal"),
+    Concept("FlashAttention", "attention", "which-kernel-runs-sdpa-kernel"),
+    Concept("FlexAttention", "attention", "flexattention-on-a-gpu"),
+    Concept("grouped-query attention (GQA)", "attention", "grouped-query-attention-enable-gqa", "grouped-query attention"),
+    Concept("KV cache", "attention", "a-kv-cache-for-decoding"),
+    Concept("scaled dot-product attention (SDPA)", "attention", "the-formula-and-scaled-dot-product-attention", "scaled_dot_product_attention"),
     Concept("activation checkpointing", "autograd_mechanics", "activation-checkpointing-torch-utils-checkpoint"),
     Concept("advanced indexing", "indexing", "advanced-indexing-returns-copies"),
     Concept("all-reduce", "devices", "all-reduce", "all_reduce"),
