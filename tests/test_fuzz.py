@@ -724,6 +724,11 @@ REGISTRY: dict[str, Entry | str] = {
     ),
     "autograd_mechanics.SavedTensor": RESULT,
     "autograd_mechanics.SavedTensors": RESULT,
+    # gpu memory: arithmetic only, for any request from 1 byte to 2**62
+    "gpu_memory.allocator_block": Entry(
+        calls([A([1, 513, 2**20 + 1, 11 * 2**20, 2**62], [0, -1, *INTS])])
+    ),
+    "gpu_memory.AllocatorBlock": RESULT,
     # training loop
     "training_loop.param_groups": Entry(calls([MODULE, A([0.1, 0.0, 1, 0], [*NUMBERS, -0.5, -1])])),
     "training_loop.group_table": Entry(calls([A(O("sgd", "adam_other"), GARBAGE), MODULE])),
