@@ -72,6 +72,12 @@ CHECK_PROMPTS = {"code_prompt_show": "Show the check", "code_prompt_hide": "Hide
 """The labels of a folded check's toggle on the site (myst-nb's cell-level options,
 stored in the cell's ``mystnb`` metadata)."""
 
+ERRORS_DIRECTIVE = "memo-errors"
+"""The directive of the Errors page (:mod:`memobook.site`); the PDF prints its page as an
+appendix (:mod:`memobook.pdf`)."""
+CHANGES_DIRECTIVE = "memo-changes"
+"""The directive of the What changed page; an appendix of the PDF too."""
+
 
 def fold_check(cell: dict[str, Any]) -> None:
     """Mark a code cell as a folded check: tags ``check`` and ``hide-input`` (myst-nb

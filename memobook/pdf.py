@@ -113,17 +113,18 @@ APPENDICES = "Appendices"
 def appendix_pages(root: Path | None = None) -> list[str]:
     """The docnames of the pages printed as appendices (``book/errors``): those of the
     site's toc whose source uses the Errors or What changed directive
-    (:data:`memobook.site.ERRORS_DIRECTIVE`, :data:`~memobook.site.CHANGES_DIRECTIVE`),
-    in the toc's order."""
-    from memobook.site import CHANGES_DIRECTIVE, ERRORS_DIRECTIVE
-
+    (:data:`memobook.ERRORS_DIRECTIVE`, :data:`memobook.CHANGES_DIRECTIVE`), in the toc's
+    order."""
     base = root or memobook.ROOT
     found = []
     for entry in memobook.toc_entries(root):
         source = base / f"{entry.docname}.md"
         if source.is_file():
             text = source.read_text(encoding="utf-8")
-            if any(f"{{{name}}}" in text for name in (ERRORS_DIRECTIVE, CHANGES_DIRECTIVE)):
+            if any(
+                f"{{{name}}}" in text
+                for name in (memobook.ERRORS_DIRECTIVE, memobook.CHANGES_DIRECTIVE)
+            ):
                 found.append(entry.docname)
     return found
 

@@ -57,11 +57,6 @@ STATIC = Path(__file__).parent / "static"
 HELPERS_TITLE = "Helpers used in this chapter"
 
 
-ERRORS_DIRECTIVE = "memo-errors"
-"""The directive of the Errors page (the PDF prints its page as an appendix: :mod:`memobook.pdf`)."""
-CHANGES_DIRECTIVE = "memo-changes"
-"""The directive of the What changed page (an appendix of the PDF too)."""
-
 PNG_ICONS = (
     ("icon", "favicon-32.png", "32x32"),
     ("apple-touch-icon", "apple-touch-icon.png", "180x180"),
@@ -938,8 +933,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("memo-claims", ClaimsDirective)
     app.add_directive("memo-matrix", MatrixDirective)
     app.add_directive("memo-teaching", TeachingDirective)
-    app.add_directive(ERRORS_DIRECTIVE, ErrorsDirective)
-    app.add_directive(CHANGES_DIRECTIVE, ChangesDirective)
+    app.add_directive(memobook.ERRORS_DIRECTIVE, ErrorsDirective)
+    app.add_directive(memobook.CHANGES_DIRECTIVE, ChangesDirective)
     app.add_directive("memo-chapters", ChaptersDirective)
     app.add_directive("memo-figure", FigureDirective)
     app.add_directive("memo-concepts", ConceptsDirective)
