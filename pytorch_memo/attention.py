@@ -19,7 +19,8 @@ from pytorch_memo._checks import (
 __all__ = ["KVCache", "attention"]
 
 SCORE_LIMIT = 2**27
-"""The most attention scores (L x S per batch and head) :func:`attention` materializes."""
+"""The most elements :func:`attention` materializes: per batch and head, the L x S scores
+and the S x (E + Ev) keys and values (with ``enable_gqa``, repeated for every query head)."""
 
 
 def _floating(name: str, value: Any) -> torch.Tensor:
@@ -42,26 +43,26 @@ def _same(name: str, tensor: torch.Tensor, query: torch.Tensor) -> None:
         raise ValueError(msg)
 
 
-def _repeat_heads(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _group_size(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> int:
+    """How many query heads share each key head with ``enable_gqa=True`` (nothing allocated)."""
     if query.dim() < 3:
         msg = f"query must have a heads dimension (..., heads, length, features) with enable_gqa=True, got shape {tuple(query.shape)}"
         raise ValueError(msg)
-    heads, groups = query.size(-3), key.size(-3)
-    if key.dim() < 3 or value.dim() < 3 or value.size(-3) != groups:
+    heads = query.size(-3)
+    if key.dim() < 3 or value.dim() < 3 or value.size(-3) != key.size(-3):
         msg = (
             "key and value must have the same number of heads (dimension -3) with "
             f"enable_gqa=True, got shapes {tuple(key.shape)} and {tuple(value.shape)}"
         )
         raise ValueError(msg)
+    groups = key.size(-3)
     if groups == 0 or heads % groups:
         msg = (
             f"key's heads ({groups}) must divide query's heads ({heads}) with "
             "enable_gqa=True: each group of query heads shares one key head"
         )
         raise ValueError(msg)
-    return key.repeat_interleave(heads // groups, -3), value.repeat_interleave(heads // groups, -3)
+    return heads // groups
 
 
 def attention(
@@ -101,8 +102,9 @@ def attention(
         TypeError: an argument has the wrong type, or a tensor is not floating point
             (the mask: neither bool nor query's dtype).
         ValueError: the shapes, dtypes or devices do not fit together, both
-            ``attn_mask`` and ``is_causal`` are given, or the scores would exceed
-            ``SCORE_LIMIT`` elements.
+            ``attn_mask`` and ``is_causal`` are given, or the scores and the
+            (repeated) keys and values would exceed ``SCORE_LIMIT`` elements; nothing
+            is allocated before these checks.
 
     Example:
         >>> import torch.nn.functional as F
@@ -127,11 +129,14 @@ def attention(
             f"{tuple(key.shape)} and {tuple(value.shape)}"
         )
         raise ValueError(msg)
-    if enable_gqa:
-        key, value = _repeat_heads(query, key, value)
+    repeats = _group_size(query, key, value) if enable_gqa else 1
     length, source = query.size(-2), key.size(-2)
+    key_batch, value_batch = list(key.shape[:-2]), list(value.shape[:-2])
+    if enable_gqa:  # the shapes after repeating each key and value head
+        key_batch[-1] *= repeats
+        value_batch[-1] *= repeats
     try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # type: ignore[no-untyped-call]
+        batch = torch.broadcast_shapes(query.shape[:-2], tuple(key_batch), tuple(value_batch))  # type: ignore[no-untyped-call]
     except RuntimeError:
         msg = (
             "query, key and value must have broadcastable batch dimensions, got shapes "
@@ -139,12 +144,15 @@ def attention(
         )
         raise ValueError(msg) from None
     check_count(
-        "the scores (query's length x key's length, per batch and head)",
-        math.prod(batch) * length * source,
+        "the scores and keys and values (L x S + S x (E + Ev), per batch and head)",
+        math.prod(batch) * source * (length + key.size(-1) + value.size(-1)),
         limit=SCORE_LIMIT,
         what="elements",
-        work="the written-out form holds every score at once",
+        work="the written-out form holds every score, and enable_gqa repeats the keys and values",
     )
+    if enable_gqa:
+        key = key.repeat_interleave(repeats, -3)
+        value = value.repeat_interleave(repeats, -3)
     scores = query @ key.transpose(-2, -1) * factor
     if is_causal:
         keep = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()

@@ -161,9 +161,18 @@ def test_bad_arguments_are_named(call, error: type[Exception], message: str) -> 
 def test_too_many_scores_are_refused_before_any_is_computed() -> None:
     q = torch.empty(1, 1, 2**14, 1, device="meta")
     with pytest.raises(
-        ValueError, match=r"the scores .* has 268435456 elements; at most 134217728"
+        ValueError, match=r"the scores and keys .* has 268468224 elements; at most 134217728"
     ):
-        attention(q, q, q)
+        attention(q, q, q)  # 2**28 scores and 2 x 2**14 keys and values
+
+
+def test_keys_repeated_for_gqa_count_before_they_are_allocated() -> None:
+    # Few scores (64 heads x 1 query x 2**15 keys), but enable_gqa would repeat the one
+    # key head and value head 64 times: 2 x 64 x 2**15 x 4096 elements.
+    q = torch.empty(1, 64, 1, 4096, device="meta")
+    k = torch.empty(1, 1, 2**15, 4096, device="meta")
+    with pytest.raises(ValueError, match=r"has 17181966336 elements; at most 134217728"):
+        attention(q, k, k, enable_gqa=True)
 
 
 @pytest.mark.parametrize(

@@ -454,7 +454,7 @@ REGISTRY: dict[str, Entry | str] = {
     "numerics.ActivationRow": RESULT,
     "numerics.ActivationTable": RESULT,
     "numerics.NonFiniteError": ERROR,
-    # attention: the written-out formula refuses more scores than SCORE_LIMIT; the cache
+    # attention: the written-out formula refuses more scores, keys and values than SCORE_LIMIT; the cache
     # preallocates at most 2**28 elements and refuses positions beyond max_len
     "attention.attention": Entry(
         calls(
