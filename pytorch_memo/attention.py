@@ -82,8 +82,8 @@ def attention(
     scores where it is True (True means "take part"); a floating one is added to them.
     ``is_causal`` lets query ``i`` see keys ``0..i`` (a lower triangle from the top-left
     corner, also when there are more keys than queries). A row whose every score is
-    masked is NaN here (softmax of nothing but ``-inf``); torch's fused kernels may
-    return zeros instead.
+    masked is NaN here (softmax of nothing but ``-inf``); SDPA on CPU returns zeros
+    there instead, from its math backend too.
 
     Args:
         query: ``(..., L, E)``, floating point.
@@ -119,7 +119,9 @@ def attention(
     check_type("is_causal", is_causal, bool, "a bool")
     check_type("enable_gqa", enable_gqa, bool, "a bool")
     if is_causal and attn_mask is not None:
-        msg = "attn_mask must be None with is_causal=True (torch 2.14 and later refuse both)"
+        msg = (
+            "attn_mask must be None with is_causal=True (SDPA in torch 2.14 and 2.15 refuses both)"
+        )
         raise ValueError(msg)
     factor = 1 / math.sqrt(query.size(-1)) if scale is None else check_number("scale", scale)
     if query.size(-1) != key.size(-1) or key.size(-2) != value.size(-2):
