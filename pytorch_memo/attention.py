@@ -19,8 +19,9 @@ from pytorch_memo._checks import (
 __all__ = ["KVCache", "attention"]
 
 SCORE_LIMIT = 2**27
-"""The most elements :func:`attention` materializes: per batch and head, the L x S scores
-and the S x (E + Ev) keys and values (with ``enable_gqa``, repeated for every query head)."""
+"""The most elements :func:`attention` materializes: per batch and head, the L x S scores,
+the S x (E + Ev) keys and values (with ``enable_gqa``, repeated for every query head) and
+the L x Ev result."""
 
 
 def _floating(name: str, value: Any) -> torch.Tensor:
@@ -102,8 +103,8 @@ def attention(
         TypeError: an argument has the wrong type, or a tensor is not floating point
             (the mask: neither bool nor query's dtype).
         ValueError: the shapes, dtypes or devices do not fit together, both
-            ``attn_mask`` and ``is_causal`` are given, or the scores and the
-            (repeated) keys and values would exceed ``SCORE_LIMIT`` elements; nothing
+            ``attn_mask`` and ``is_causal`` are given, or the scores, the
+            (repeated) keys and values and the result would exceed ``SCORE_LIMIT`` elements; nothing
             is allocated before these checks.
 
     Example:
@@ -146,8 +147,9 @@ def attention(
         )
         raise ValueError(msg) from None
     check_count(
-        "the scores and keys and values (L x S + S x (E + Ev), per batch and head)",
-        math.prod(batch) * source * (length + key.size(-1) + value.size(-1)),
+        "the scores, keys, values and result (L x S + S x (E + Ev) + L x Ev, per batch and head)",
+        math.prod(batch)
+        * (source * (length + key.size(-1) + value.size(-1)) + length * value.size(-1)),
         limit=SCORE_LIMIT,
         what="elements",
         work="the written-out form holds every score, and enable_gqa repeats the keys and values",

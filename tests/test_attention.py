@@ -161,9 +161,10 @@ def test_bad_arguments_are_named(call, error: type[Exception], message: str) -> 
 def test_too_many_scores_are_refused_before_any_is_computed() -> None:
     q = torch.empty(1, 1, 2**14, 1, device="meta")
     with pytest.raises(
-        ValueError, match=r"the scores and keys .* has 268468224 elements; at most 134217728"
+        ValueError,
+        match=r"the scores, keys, values and result .* has 268484608 elements; at most 134217728",
     ):
-        attention(q, q, q)  # 2**28 scores and 2 x 2**14 keys and values
+        attention(q, q, q)  # 2**28 scores, 2 x 2**14 keys and values, 2**14 results
 
 
 def test_keys_repeated_for_gqa_count_before_they_are_allocated() -> None:
@@ -171,7 +172,7 @@ def test_keys_repeated_for_gqa_count_before_they_are_allocated() -> None:
     # key head and value head 64 times: 2 x 64 x 2**15 x 4096 elements.
     q = torch.empty(1, 64, 1, 4096, device="meta")
     k = torch.empty(1, 1, 2**15, 4096, device="meta")
-    with pytest.raises(ValueError, match=r"has 17181966336 elements; at most 134217728"):
+    with pytest.raises(ValueError, match=r"has 17182228480 elements; at most 134217728"):
         attention(q, k, k, enable_gqa=True)
 
 
@@ -212,3 +213,10 @@ def test_a_full_cache_refuses_more_and_writes_nothing() -> None:
         cache.append(torch.ones(1, 2, 1, 3), torch.ones(1, 2, 1, 3, dtype=torch.float64))
     with pytest.raises(ValueError, match="key and value must add as many positions, got 1 and 0"):
         cache.append(torch.ones(1, 2, 1, 3), torch.ones(1, 2, 0, 3))
+
+
+def test_a_wide_result_counts_before_it_is_allocated() -> None:
+    # 2**20 queries against one key: few scores, but a 2**20 x 4096 result.
+    q, k = torch.empty(1, 2**20, 1, device="meta"), torch.empty(1, 1, 1, device="meta")
+    with pytest.raises(ValueError, match=r"has 4296019969 elements; at most 134217728"):
+        attention(q, k, torch.empty(1, 1, 4096, device="meta"))
