@@ -483,6 +483,32 @@ REGISTRY: dict[str, Entry | str] = {
         )
     ),
     "attention.KVCache.append": Entry(calls([SELF("kv_cache"), QKV, QKV])),
+    # processes: both start processes, so each call gets one hostile argument
+    "processes.thread_contention": Entry(
+        calls(
+            [A([[1]], [[], [0], [1] * 9, "1", 1, [True], [2**70], None, [1.5]])],
+            {
+                "processes": A([1], [0, *INTS, 17]),
+                "size": A([8], [0, *INTS, 4096]),
+                "repeats": A([1], [0, *INTS, 10**5]),
+                "timeout": A([60.0], SECONDS[:-1]),
+            },
+            always_one=True,
+        )
+    ),
+    "processes.receive_shared": Entry(
+        calls(
+            [A([1], [0, *INTS, 10**5])],
+            {
+                "free_files": A([64], [0, 15, *INTS, 2**21]),
+                "copy": A([False], [1, None, "no"]),
+                "strategy": A(["file_descriptor"], ["file", None, 3, "FILE_SYSTEM"]),
+                "timeout": A([60.0], SECONDS[:-1]),
+            },
+            always_one=True,
+        )
+    ),
+    "processes.ContentionRow": RESULT,
     # checkpoint and archive (their fixes are another developer's: see the report)
     "checkpoint.save_checkpoint": Entry(
         calls(
