@@ -30,6 +30,8 @@ from pytorch_memo._procs import kill_tree
 __all__ = [
     "MAX_OPEN_FILES",
     "MAX_PROCESSES",
+    "MAX_REPEATS",
+    "MAX_SIZE",
     "MAX_TENSORS",
     "MAX_THREADS",
     "ContentionRow",
@@ -320,7 +322,7 @@ def receive_shared(
         timeout: seconds to wait for each tensor, and for the receiver's answer.
 
     Returns:
-        How many tensors the receiver kept: ``count``.
+        The number of tensors the receiver kept, ``count``.
 
     Both processes are joined before this returns or raises (killed, with anything they
     started, if they do not end within a few seconds).
