@@ -83,6 +83,8 @@ QUESTIONS = [
             "no-grad-inference-mode-and-eval-which-is-not-a-grad-mode",
             # the training loop's section says so too: "it is not a grad mode"
             "book/training_loop#train-and-eval-what-they-switch",
+            # and GPU memory's: "`eval()` is not a grad mode ... not whether autograd records"
+            "book/gpu_memory#keeping-less-no-grad-inference-mode-checkpointing",
         },
     ),
 ]
