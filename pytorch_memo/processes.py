@@ -15,6 +15,7 @@ import importlib.util
 import math
 import os
 import queue
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -64,7 +65,9 @@ class ContentionRow:
         wall: seconds from the common start until the last process finished.
         cpu: CPU seconds of all the processes together, every thread counted.
         os_threads: the most threads one process had while it worked, as Linux's
-            ``/proc/self/task`` lists them (0 where there is no ``/proc``).
+            ``/proc/self/task`` lists them, less the Python threads other than the main
+            one (a queue's feeder thread, which is not torch's); 0 where there is no
+            ``/proc``.
     """
 
     processes: int
@@ -87,10 +90,12 @@ def _cores() -> int:
 
 
 def _os_threads() -> int:
+    """This process's threads but its Python threads other than the main one."""
     try:
-        return len(os.listdir("/proc/self/task"))
+        listed = len(os.listdir("/proc/self/task"))
     except OSError:  # pragma: no cover - no /proc
         return 0
+    return listed - (threading.active_count() - 1)
 
 
 def _contend(

@@ -61,8 +61,10 @@ def test_contention_rows_follow_the_thread_counts(contention: list[ContentionRow
 
 @linux_only
 def test_each_process_ran_the_threads_torch_was_given(contention: list[ContentionRow]) -> None:
-    # torch.set_num_threads(n) in a fresh process: Linux lists at least n threads
+    # torch.set_num_threads(n) in a fresh process: Linux lists at least n threads, and
+    # one more thread with 2 than with 1 (the queue's feeder thread not counted)
     assert all(row.os_threads >= row.threads for row in contention)
+    assert contention[1].os_threads - contention[0].os_threads >= 1
 
 
 def test_oversubscribed_is_threads_against_cores() -> None:
