@@ -316,6 +316,10 @@ class Change:
     then_runs: list[str] = field(default_factory=list)
     else_runs: list[str] = field(default_factory=list)
 
+    def runs(self, side: str) -> list[str]:
+        """The runs that took ``side`` (``then`` or ``else``)."""
+        return self.then_runs if side == "then" else self.else_runs
+
     @property
     def changed_in(self) -> str:
         """The first minor release (any Python) after a release that took the other
@@ -339,8 +343,8 @@ class Change:
 def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> list[Change]:
     """Every version branch of the book's claim cells, with the runs that took each side
     (only runs that passed the cell as it reads now; for a ``gpu`` cell, its GPU run,
-    named ``2.11 GPU``, not the matrix's CPU runs, which skip it), newest change first; branches that split the
-    releases otherwise (one release alone, say) come last."""
+    named ``2.11 GPU``, not the matrix's CPU runs, which skip it), newest change first;
+    branches that split the releases otherwise (one release alone, say) come last."""
     from memobook.claims import cell_claims, version_branches
 
     base = memobook.ROOT if root is None else root
@@ -370,12 +374,10 @@ def changes(root: Path | None = None, matrix: MatrixRecord | None = None) -> lis
                     # notes the side of a `gpu` cell it skipped (no CUDA there).
                     if outcome.outcome == "passed" and index < len(outcome.branches):
                         side = outcome.branches[index]
-                        runs = change.then_runs if side == "then" else change.else_runs
-                        runs.append(_run_name(run.torch, run.python))
+                        change.runs(side).append(_run_name(run.torch, run.python))
                 if gpu is not None:  # a gpu cell: its GPU run passed it as it reads now
                     side = branch.taken(gpu.torch)
-                    runs = change.then_runs if side == "then" else change.else_runs
-                    runs.append(f"{minor(gpu.torch)} GPU")
+                    change.runs(side).append(f"{minor(gpu.torch)} GPU")
                 # A cell that branches on the same test several times is one change,
                 # unless the runs took the branches differently.
                 if not any(
