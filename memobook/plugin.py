@@ -3,6 +3,10 @@
 - Cells tagged ``gpu`` are skipped, with the reason, when CUDA is not available.
 - With ``--memo-outcomes=PATH`` (the version matrix), the outcome of every test by its
   node id is written to PATH as JSON (``passed``, ``failed``, ``skipped``, ``error``).
+- After a notebook's last cell its kernel is asked to shut down, as Jupyter does, before
+  nbval kills it: a kernel killed outright takes its ``multiprocessing`` resource tracker
+  with it, and the named semaphores of every ``spawn``/``forkserver`` queue, lock or pool
+  still alive in the notebook stay in ``/dev/shm`` for good.
 """
 
 from __future__ import annotations
@@ -42,6 +46,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(reason=f"cell tagged {GPU_TAG!r}: CUDA is not available")
             )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    notebook = item.parent
+    if nextitem is not None and nextitem.parent is notebook:
+        return  # not the notebook's last cell
+    kernel = getattr(notebook, "kernel", None)  # nbval's RunningKernel, once started
+    if kernel is None or not kernel.is_alive():
+        return
+    kernel.kc.stop_channels()
+    # Graceful: a shutdown request, then a kill only after the kernel's grace period.
+    # The kernel's exit runs multiprocessing's finalizers, which unlink the semaphores.
+    kernel.km.shutdown_kernel(now=False)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -294,3 +294,32 @@ def test_the_workflow_runs_one_job_per_release_and_python() -> None:
     assert "python -m memobook.matrix --merge" in merge
     assert workflow[True]["schedule"], "weekly"  # YAML reads the key `on` as True
     assert "workflow_dispatch" in workflow[True]
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="named semaphores live in /dev/shm")
+def test_a_notebooks_kernel_is_shut_down_so_its_semaphores_are_unlinked(tmp_path: Path) -> None:
+    """A ``spawn`` queue still alive when the notebook ends holds named semaphores. Killed
+    outright (nbval's way), the kernel takes its resource tracker with it and they stay in
+    ``/dev/shm``; the plugin asks the kernel to shut down first, so they are unlinked."""
+    names = tmp_path / "names.txt"
+    source = (
+        "import multiprocessing as mp\n"
+        "queue = mp.get_context('spawn').Queue()\n"
+        "locks = [queue._rlock, queue._wlock, queue._sem]\n"
+        f"open({str(names)!r}, 'w').write(' '.join(l._semlock.name for l in locks))\n"
+    )
+    notebook = tmp_path / "alive.ipynb"
+    notebook.write_text(json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "a1",
+                   "metadata": {}, "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }))  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               *memobook.NBVAL_ARGS, "--nbval-lax", str(notebook)]  # fmt: skip
+    ran = subprocess.run(command, cwd=memobook.ROOT, capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    left = [n for n in names.read_text().split() if Path(f"/dev/shm/sem.{n[1:]}").exists()]
+    assert len(names.read_text().split()) == 3
+    assert not left, f"left in /dev/shm: {left}"
