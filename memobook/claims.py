@@ -32,7 +32,8 @@ Scope rules (:func:`scope_problems`; they read the version matrix's record,
   (:func:`scope_problems`). Cells tagged ``context`` (history, with a source) are exempt.
 - **6b** a claim cell that branches on the torch version (``if torch.__version__ >=
   "2.15":``) checks in every branch (or after the ``if``), and every branch is taken by
-  at least one release the matrix ran.
+  at least one release the matrix ran; a ``gpu`` cell's branches, which the CPU matrix
+  skips, by a release that ran it on a GPU (:func:`gpu_runs`).
 - **6c** a claim saying "every", "all", "always", "never", "any" or "no other" is
   checked over a collection of cases (a loop, a comprehension, ``all``/``any``, a
   whole-tensor comparison), or its cell says why one case is the whole domain
@@ -435,9 +436,15 @@ def version_branches(source: str) -> list[VersionBranch]:
     return sorted(found, key=lambda b: b.line)
 
 
-def branch_problems(cell: dict[str, Any], where: str, torch_versions: list[str]) -> list[str]:
+def branch_problems(
+    cell: dict[str, Any],
+    where: str,
+    torch_versions: list[str],
+    ran: str = "the version matrix ran",
+) -> list[str]:
     """Rule 6b: a claim cell that branches on the torch version checks in every branch,
-    and every branch is taken by at least one release the matrix ran."""
+    and every branch is taken by at least one of ``torch_versions``: the releases the
+    matrix ran, or for a ``gpu`` cell those that ran it on a GPU (``ran`` says which)."""
     source = memobook.source(cell)
     if not cell_claims(source):
         return []
@@ -452,8 +459,8 @@ def branch_problems(cell: dict[str, Any], where: str, torch_versions: list[str])
             )
         taken = {branch.taken(v) for v in torch_versions}
         problems += [
-            f"{at}: its {side!r} branch is taken by no release the version matrix "
-            f"ran ({', '.join(torch_versions) or 'none'}): unchecked code"
+            f"{at}: its {side!r} branch is taken by no release {ran} "
+            f"({', '.join(torch_versions) or 'none'}): unchecked code"
             for side in ("then", "else")
             if side not in taken
         ]
@@ -616,6 +623,23 @@ def cell_releases(cell: dict[str, Any], chapter: str, matrix: Any) -> dict[str, 
     return found or None
 
 
+def gpu_runs(cell: dict[str, Any], chapter: str, matrix: Any) -> list[str]:
+    """The torch versions that ran a ``gpu`` cell as it reads now: its GPU run
+    (:func:`~memobook.record.gpu_mark`) and any matrix run that did not skip it."""
+    from memobook.record import gpu_mark, source_digest, version_key
+
+    digest = source_digest(memobook.source(cell))
+    ran = {
+        run.torch
+        for run, outcome in matrix.cell_runs(chapter, str(cell.get("id", "")), digest)
+        if outcome.outcome != "skipped"
+    }
+    mark = gpu_mark(cell)
+    if mark is not None:
+        ran.add(mark.torch)
+    return sorted(ran, key=version_key)
+
+
 def _section_releases(fared: list[dict[str, bool] | None]) -> set[str] | None:
     """The releases prose may name in a range, from how its section's claim cells fared
     (:func:`cell_releases`): those on which one of them passed and none failed; None
@@ -755,6 +779,10 @@ def scope_problems(nb: dict[str, Any], name: str, matrix: Any = None) -> list[st
         else:
             problems += range_problems(text, where, checked, floor, newest, whose)
         if index in fared:
-            problems += branch_problems(cell, where, versions)
+            if memobook.GPU_TAG in memobook.tags(cell):  # the CPU runs skip it
+                on_gpu = gpu_runs(cell, name, record)
+                problems += branch_problems(cell, where, on_gpu, "that ran this `gpu` cell")
+            else:
+                problems += branch_problems(cell, where, versions)
             problems += universal_problems(cell, where)
     return problems

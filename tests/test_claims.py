@@ -404,6 +404,24 @@ def test_6b_a_branch_no_release_of_the_matrix_takes_fails() -> None:
     assert "'then' branch is taken by no release" in problems[0]
 
 
+def test_6b_a_gpu_cells_branches_are_judged_by_its_gpu_runs() -> None:
+    """The CPU matrix skips a `gpu` cell: only the releases that ran it on a GPU take
+    its branches."""
+    cell = _code(BRANCHED.replace("# Claim: `torch.thing`", "# Claim: On CUDA, `torch.thing`"),
+                 ("gpu",))  # fmt: skip
+    skipped = dict.fromkeys(EVERY_RELEASE, "skipped")
+    then, otherwise = _scope_of(cell, skipped)  # never on a GPU: neither branch checked
+    assert "'then' branch is taken by no release that ran this `gpu` cell (none)" in then
+    assert "'else' branch is taken by no release that ran this `gpu` cell (none)" in otherwise
+    cell.metadata[GPU_MARK] = {
+        "executed": "now", "torch": "2.11.0+cu130", "device": "H100",
+        "code": source_digest(cell.source),
+    }  # fmt: skip
+    (problem,) = _scope_of(cell, skipped)
+    assert "'else' branch is taken by no release that ran this `gpu` cell (2.11.0+cu130)" in problem
+    assert _scope_of(_code(BRANCHED), dict.fromkeys(EVERY_RELEASE, "passed")) == []
+
+
 def test_6b_the_branch_taken_follows_torchs_version_order() -> None:
     (branch,) = rules.version_branches(BRANCHED)
     assert [branch.taken(v) for v in ("2.9.1", "2.10.0", "2.11.0", "2.15.0+cu132")] == [
