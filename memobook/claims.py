@@ -26,7 +26,8 @@ Scope rules (:func:`scope_problems`; they read the version matrix's record,
 - **6a** a sentence naming a range of torch releases ("from 2.8 to 2.15", "2.8-2.15",
   "since 2.9", "until 2.13", "2.12 and later", the range in "2.8 and 2.10 to 2.15")
   passes only where every minor release in the range checked what the sentence is
-  about; otherwise it names the releases checked. A claim cell's comments are judged
+  about; otherwise it names the releases checked. So does a sentence naming one
+  release as torch's ("torch 2.9 raises"). A claim cell's comments are judged
   by the matrix's runs of that cell as it reads now, prose by the claim cells of its
   section, what the matrix has not run as it reads now by the releases the matrix ran
   (:func:`scope_problems`). Cells tagged ``context`` (history, with a source) are exempt.
@@ -565,6 +566,26 @@ def release_ranges(text: str, floor: str, newest: str) -> list[tuple[str, int, i
     return [(" ".join(phrase.split()), low, high) for _, phrase, low, high in sorted(found)]
 
 
+_TORCH_RELEASE = re.compile(r"\btorch\s+2\.(\d+)(?:\.\d+)*(?![\w.]*\d)", re.IGNORECASE)
+"""A release named as torch's (``torch 2.9``, ``torch 2.15.0``): a claim about that
+release, where a number alone may be a value (a loss of 2.5)."""
+
+
+def named_release_problems(text: str, where: str, ran: set[str], whose: str = "") -> list[str]:
+    """Rule 6a for one release: a sentence saying what "torch 2.9" does is true only where
+    2.9 checked it (``ran``: minor releases); ranges are :func:`range_problems`'."""
+    problems = []
+    for release in dict.fromkeys(f"2.{m.group(1)}" for m in _TORCH_RELEASE.finditer(text)):
+        if release not in ran:
+            checked = ", ".join(sorted(ran, key=_minor_number)) or "none"
+            problems.append(
+                f"{where}: it says what torch {release} does, but "
+                f"{whose or 'the version matrix never ran'} {release}: "
+                f"name the releases checked ({checked}) instead"
+            )
+    return problems
+
+
 def release_edges(text: str) -> set[str]:
     """The minor releases at which a sentence says something starts or stops: each
     release it names, and the release after the last of each range it names that is
@@ -775,9 +796,11 @@ def scope_problems(nb: dict[str, Any], name: str, matrix: Any = None) -> list[st
                 "(as they read now) on"
             )
         if checked is None:
-            problems += range_problems(text, where, ran, floor, newest, unrun)
-        else:
-            problems += range_problems(text, where, checked, floor, newest, whose)
+            checked, whose = ran, unrun
+        ranged = range_problems(text, where, checked, floor, newest, whose)
+        problems += ranged
+        if not ranged:  # a failed range names its missing releases already
+            problems += named_release_problems(text, where, checked, whose)
         if index in fared:
             if memobook.GPU_TAG in memobook.tags(cell):  # the CPU runs skip it
                 on_gpu = gpu_runs(cell, name, record)

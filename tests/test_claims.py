@@ -309,6 +309,21 @@ def test_6a_a_cause_comment_is_judged_like_its_claim() -> None:
     assert "on 2.10:" in problem
 
 
+def test_6a_one_release_named_as_torchs_is_judged_like_a_range() -> None:
+    cell = _code(f"# Claim: It holds on torch 2.9, and the loss is 2.5 here.\n{GOOD}")
+    passed = dict.fromkeys(EVERY_RELEASE, "passed")
+    assert _scope_of(cell, passed) == []  # 2.5 is a value, not a release of torch
+    (problem,) = _scope_of(cell, {**passed, "2.9.1": "failed"})
+    assert "it says what torch 2.9 does" in problem
+    assert "passed this cell (as it reads now) on 2.9" in problem
+    unrun = _code(f"# Claim: On torch 2.9 it holds.\n{GOOD}")
+    (problem,) = _scope(unrun)  # judged by the releases the matrix ran: 2.8, 2.11, 2.15
+    assert "the version matrix never ran 2.9" in problem
+    ranged = _code(f"# Claim: It holds from torch 2.9 to 2.11.\n{GOOD}")
+    (problem,) = _scope(ranged)  # the range's problem only, not one more for 2.9
+    assert "'from torch 2.9 to 2.11' names a range" in problem
+
+
 def test_6a_a_gpu_cells_range_is_judged_by_its_gpu_run() -> None:
     """The CPU matrix skips a `gpu` cell; its GPU run (the mark) is its one release."""
     cell = _code(
