@@ -1,5 +1,6 @@
-"""Datasets and a collate function that DataLoader workers can import, and a picture of
-how ``DistributedSampler`` splits a dataset across ranks, epoch by epoch.
+"""Datasets and a collate function that DataLoader workers can import, a picture of
+how ``DistributedSampler`` splits a dataset across ranks, epoch by epoch, and what a
+worker's private memory does while it reads (Linux).
 
 With ``num_workers > 0`` a ``DataLoader`` hands its
 dataset and its ``collate_fn`` to worker processes. Under the ``spawn`` and
@@ -11,8 +12,11 @@ cannot be found there: the ones the chapter runs in workers live here. All data 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
@@ -29,9 +33,12 @@ from pytorch_memo._checks import (
     INT64_MAX,
     _shown,
     check_axes,
+    check_callable,
+    check_choice,
     check_count,
     check_int,
     check_ints,
+    check_seconds,
     check_tensor,
     check_type,
 )
@@ -42,15 +49,20 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_LENGTH",
     "MAX_PADDED",
+    "MAX_RECORDS",
     "MAX_SPLIT_CELLS",
     "MAX_SPLIT_WORK",
     "CountingStream",
+    "HeldRecords",
     "PaddedBatch",
+    "StallingDataset",
     "TracingDataset",
+    "TransformedRange",
     "VariableLengths",
     "distributed_split",
     "pad_collate",
     "plot_distributed_split",
+    "private_memory",
 ]
 
 
@@ -63,6 +75,8 @@ MAX_SPLIT_WORK = 2**22
 ``max(length, num_replicas)`` indices in each epoch."""
 MAX_SPLIT_CELLS = 512
 """The most indices :func:`plot_distributed_split` draws (a cell each)."""
+MAX_RECORDS = 2**24
+"""The most records :class:`HeldRecords` holds (512 MiB of Python ints in a list)."""
 SEED_MAX = 2**64 - 1
 """The largest seed ``torch.Generator.manual_seed`` takes."""
 
@@ -193,6 +207,181 @@ class VariableLengths(Dataset[tuple[torch.Tensor, int]]):
         """Item ``index``; an IndexError outside ``range(0, len(self))``."""
         index = _check_index(index, self.count)
         return torch.full((1 + index % self.max_length,), float(index)), index % 2
+
+
+class TransformedRange(Dataset[Any]):
+    """A map-style dataset of the numbers ``0 ... length - 1``, passed through ``transform``.
+
+    Item ``i`` is ``transform(i)``, or ``i`` while ``transform`` is None. The attribute
+    ``transform`` is read at every load, as torchvision's datasets read theirs: set it
+    to change what every later item is.
+
+    Args:
+        length: the number of items, an int from 0 to ``2**63 - 1`` (what ``len()`` returns).
+        transform: a callable of one argument, or None.
+
+    Raises:
+        TypeError: ``length`` is not an int or ``transform`` is not callable with one argument.
+        ValueError: ``length`` is out of range.
+
+    Example:
+        >>> data = TransformedRange(3)
+        >>> data[2], TransformedRange(3, transform=str)[2]
+        (2, '2')
+    """
+
+    def __init__(self, length: int, *, transform: Callable[[int], Any] | None = None) -> None:
+        self.length = check_int("length", length, minimum=0, maximum=INT64_MAX)  # len()'s limit
+        if transform is not None:
+            check_callable("transform", transform, arguments=1)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Any:
+        """Item ``index``; an IndexError outside ``range(0, len(self))``."""
+        index = _check_index(index, self.length)
+        return index if self.transform is None else self.transform(index)
+
+
+class StallingDataset(Dataset[int]):
+    """A map-style dataset whose item ``stall_at`` waits until :meth:`release` is called.
+
+    Item ``i`` is ``i``. Loading item ``stall_at`` blocks, in whichever process loads it
+    (a DataLoader worker, or the main process), until :meth:`release` is called in any
+    process that shares the dataset's event (the main process, for workers it started),
+    as a worker stuck on a lock or a network read would. It never waits longer than
+    ``seconds``: then it raises TimeoutError.
+
+    Args:
+        length: the number of items, an int from 1 to ``2**63 - 1``.
+        stall_at: the item that blocks, an int in ``range(0, length)``.
+        seconds: the longest wait, a positive number of seconds (at most a year).
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: an argument is out of range.
+
+    Example:
+        >>> data = StallingDataset(3, stall_at=1, seconds=0.01)
+        >>> data[0]
+        0
+        >>> data.release()
+        >>> data[1]  # released: no wait
+        1
+    """
+
+    def __init__(self, length: int, *, stall_at: int = 0, seconds: float = 60.0) -> None:
+        self.length = check_int("length", length, minimum=1, maximum=INT64_MAX)
+        self.stall_at = check_int("stall_at", stall_at, minimum=0, maximum=self.length - 1)
+        self.seconds = check_seconds("seconds", seconds)
+        self._released = (
+            multiprocessing.get_context().Event()
+        )  # reaches workers of any start method
+
+    def __len__(self) -> int:
+        return self.length
+
+    def release(self) -> None:
+        """Let every load of item ``stall_at``, waiting or to come, return at once."""
+        self._released.set()
+
+    def __getitem__(self, index: int) -> int:
+        """Item ``index``, after the wait for item ``stall_at``; an IndexError outside the range."""
+        index = _check_index(index, self.length)
+        if index == self.stall_at and not self._released.wait(self.seconds):
+            msg = f"StallingDataset: item {index} was not released within {self.seconds:g} s"
+            raise TimeoutError(msg)
+        return index
+
+
+_ROLLUP = Path("/proc/self/smaps_rollup")
+
+
+def private_memory() -> int:
+    """The memory only this process maps, in bytes (its USS), from ``/proc/self/smaps_rollup``.
+
+    The sum of its ``Private_Clean`` and ``Private_Dirty``: pages that no other process
+    maps. A page a forked child still shares with its parent is not counted; once either
+    writes to it, the writer gets its own copy, which is.
+
+    Returns:
+        The private memory of the calling process, in bytes.
+
+    Raises:
+        RuntimeError: the system has no ``/proc/self/smaps_rollup`` (it needs Linux 4.14
+            or later).
+
+    Example:
+        >>> private_memory() > 0  # Linux
+        True
+    """
+    if not sys.platform.startswith("linux") or not _ROLLUP.exists():
+        msg = (
+            "private_memory reads /proc/self/smaps_rollup, which needs Linux 4.14 or later; "
+            f"this system ({sys.platform}) has none"
+        )
+        raise RuntimeError(msg)
+    fields = dict(line.split(":", 1) for line in _ROLLUP.read_text().splitlines()[1:])
+    kib = sum(int(fields[key].split()[0]) for key in ("Private_Clean", "Private_Dirty"))
+    return kib * 1024
+
+
+class HeldRecords(Dataset[dict[str, int]]):
+    """``count`` records held as a Python list of ints or as one int64 tensor (Linux only).
+
+    The records are the numbers ``2**40 + k`` for ``k`` in ``range(count)``: in a list,
+    ``count`` distinct int objects of 32 bytes each (not the small ints Python caches).
+    The dataset has ``blocks`` items; item ``i`` reads every ``blocks``-th record from
+    record ``i`` on, as an epoch of shuffled samples reads records from all over the
+    data. Item ``i`` is ``{"worker": w, "total": t, "growth": g}``: ``w`` the id of the
+    DataLoader worker that loaded it (-1 in the main process), ``t`` the sum of the
+    records it read, and ``g`` how many bytes the :func:`private_memory` of the process
+    that loaded it grew since that process's copy of the dataset began its first load.
+
+    Args:
+        count: the number of records, an int from 1 to :data:`MAX_RECORDS`.
+        held: ``"list"`` (a Python list of ints) or ``"tensor"`` (an int64 tensor).
+        blocks: the number of items, an int from 1 to ``count``.
+
+    Raises:
+        TypeError: ``count`` or ``blocks`` is not an int, or ``held`` not a str.
+        ValueError: ``count`` or ``blocks`` is out of range, or ``held`` is neither choice.
+
+    Example:
+        >>> data = HeldRecords(6, held="tensor", blocks=2)
+        >>> data[1]["total"] == 3 * 2**40 + 1 + 3 + 5
+        True
+    """
+
+    def __init__(self, count: int, *, held: str, blocks: int = 8) -> None:
+        self.count = check_int("count", count, minimum=1, maximum=MAX_RECORDS)
+        self.held = check_choice("held", held, ("list", "tensor"))
+        self.blocks = check_int("blocks", blocks, minimum=1, maximum=self.count)
+        start = 2**40
+        self.records: list[int] | torch.Tensor = (
+            list(range(start, start + count))
+            if held == "list"
+            else torch.arange(start, start + count, dtype=torch.int64)
+        )
+        self._before: int | None = None  # this copy's private memory before its first load
+
+    def __len__(self) -> int:
+        return self.blocks
+
+    def __getitem__(self, index: int) -> dict[str, int]:
+        """Item ``index``; an IndexError outside ``range(0, len(self))``."""
+        index = _check_index(index, self.blocks)
+        if self._before is None:
+            self._before = private_memory()
+        read = self.records[index :: self.blocks]
+        total = int(read.sum()) if isinstance(read, torch.Tensor) else sum(read)
+        return {
+            "worker": _worker_id(),
+            "total": total,
+            "growth": private_memory() - self._before,
+        }
 
 
 class PaddedBatch(NamedTuple):

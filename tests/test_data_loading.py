@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import operator
 import os
+import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sized
 from functools import partial
@@ -12,16 +16,21 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset, random_split
 
 from pytorch_memo.data_loading import (
+    MAX_RECORDS,
     CountingStream,
+    HeldRecords,
     PaddedBatch,
+    StallingDataset,
     TracingDataset,
+    TransformedRange,
     VariableLengths,
     distributed_split,
     pad_collate,
     plot_distributed_split,
+    private_memory,
 )
 
 # ------------------------------------------------------------------------- TracingDataset
@@ -453,3 +462,149 @@ def test_plot_distributed_split_names_a_bad_argument(
     with pytest.raises(error, match=match):
         plot_distributed_split(split, **kwargs)  # type: ignore[arg-type]
     plt.close("all")
+
+
+# ----------------------------------------------------------------------- TransformedRange
+
+
+def test_transformed_range_is_a_range_until_a_transform_is_set() -> None:
+    data = TransformedRange(5)
+    assert len(data) == 5
+    assert [data[i] for i in range(5)] == list(range(5))
+    data.transform = operator.neg
+    assert [data[i] for i in range(5)] == [-i for i in range(5)]
+    assert [TransformedRange(3, transform=str)[i] for i in range(3)] == ["0", "1", "2"]
+
+
+def test_transformed_range_subsets_share_it_as_with_any_dataset() -> None:
+    full = TransformedRange(8)
+    train, val = random_split(full, [0.5, 0.5], generator=torch.Generator().manual_seed(0))
+    plain_train, plain_val = random_split(
+        range(8), [0.5, 0.5], generator=torch.Generator().manual_seed(0)
+    )
+    assert train.indices == plain_train.indices
+    assert val.indices == plain_val.indices
+    train.dataset.transform = operator.neg  # type: ignore[attr-defined]
+    assert [val[k] for k in range(len(val))] == [-i for i in val.indices]
+    own = Subset(TransformedRange(8), val.indices)
+    assert [own[k] for k in range(len(own))] == val.indices
+
+
+def test_transformed_range_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="length must be >= 0, got -1"):
+        TransformedRange(-1)
+    with pytest.raises(TypeError, match="transform must be callable, got int: 3"):
+        TransformedRange(2, transform=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="transform must be callable with 1 positional argument"):
+        TransformedRange(2, transform=lambda: 0)  # type: ignore[arg-type,misc]
+    with pytest.raises(IndexError, match=r"range\(0, 2\), got 2"):
+        TransformedRange(2)[2]
+
+
+# ------------------------------------------------------------------------ StallingDataset
+
+
+def test_stalling_dataset_waits_for_release_in_a_thread() -> None:
+    data = StallingDataset(3, stall_at=1)
+    assert len(data) == 3
+    assert data[0] == 0
+    assert data[2] == 2
+    threading.Timer(0.2, data.release).start()
+    started = time.monotonic()
+    assert data[1] == 1
+    assert time.monotonic() - started >= 0.2
+
+
+def test_stalling_dataset_never_waits_longer_than_its_seconds() -> None:
+    data = StallingDataset(2, seconds=0.05)
+    with pytest.raises(TimeoutError, match=r"item 0 was not released within 0\.05 s"):
+        data[0]
+
+
+def test_stalling_dataset_is_released_in_a_forked_worker() -> None:
+    data = StallingDataset(3, seconds=30)
+    threading.Timer(0.3, data.release).start()  # the worker is waiting by then, or soon
+    loader = DataLoader(data, num_workers=1, multiprocessing_context="fork")
+    assert [b.tolist() for b in loader] == [[0], [1], [2]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"length": 0}, ValueError, "length must be >= 1, got 0"),
+        ({"length": 3, "stall_at": 3}, ValueError, "stall_at must be <= 2, got 3"),
+        ({"length": 3, "stall_at": -1}, ValueError, "stall_at must be >= 0, got -1"),
+        ({"length": 3, "seconds": 0}, ValueError, "seconds must be > 0 seconds, got 0"),
+        ({"length": 3, "seconds": float("inf")}, ValueError, "seconds must be a finite number"),
+        ({"length": 3, "seconds": True}, TypeError, "seconds must be a number of seconds, got bool"),
+    ],
+)  # fmt: skip
+def test_stalling_dataset_bad_arguments(
+    kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        StallingDataset(**kwargs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------- private_memory, HeldRecords
+
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads /proc/self/smaps_rollup"
+)
+
+
+@linux_only
+def test_private_memory_grows_by_what_this_process_writes() -> None:
+    before = private_memory()
+    written = bytearray(32 * 2**20)  # zeroed: every page written
+    grown = private_memory() - before
+    assert 24 * 2**20 <= grown <= 64 * 2**20, grown
+    del written
+
+
+def test_private_memory_names_what_it_needs_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(RuntimeError, match=r"/proc/self/smaps_rollup, which needs Linux 4.14"):
+        private_memory()
+
+
+@linux_only
+@pytest.mark.parametrize("held", ["list", "tensor"])
+def test_held_records_read_every_blocks_th_record(held: str) -> None:
+    data = HeldRecords(1000, held=held, blocks=8)
+    assert len(data) == 8
+    plain = torch.arange(2**40, 2**40 + 1000)
+    for i in range(8):
+        item = data[i]
+        assert item["total"] == int(plain[i::8].sum())
+        assert item["worker"] == -1
+        assert isinstance(item["growth"], int)
+    assert isinstance(data.records, list if held == "list" else torch.Tensor)
+
+
+@linux_only
+def test_held_records_in_two_forked_workers() -> None:
+    data = HeldRecords(10_000, held="list", blocks=4)
+    loader = DataLoader(data, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    items = list(loader)
+    plain = torch.arange(2**40, 2**40 + 10_000)
+    assert [i["total"] for i in items] == [int(plain[k::4].sum()) for k in range(4)]
+    assert [i["worker"] for i in items] == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"count": 0, "held": "list"}, ValueError, "count must be >= 1, got 0"),
+        ({"count": MAX_RECORDS + 1, "held": "list"}, ValueError, f"count must be <= {MAX_RECORDS}"),
+        ({"count": 4, "held": "array"}, ValueError, "held must be 'list' or 'tensor', got 'array'"),
+        ({"count": 4, "held": 1}, TypeError, "held must be 'list' or 'tensor', got int"),
+        ({"count": 4, "held": "list", "blocks": 5}, ValueError, "blocks must be <= 4, got 5"),
+        ({"count": 4, "held": "list", "blocks": 0}, ValueError, "blocks must be >= 1, got 0"),
+    ],
+)  # fmt: skip
+def test_held_records_bad_arguments(
+    kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        HeldRecords(**kwargs)  # type: ignore[arg-type]
