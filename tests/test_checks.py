@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,31 @@ def test_catches_and_shows_the_first_line(capsys: pytest.CaptureFixture[str]) ->
     assert isinstance(caught.exception, ValueError)
     assert caught.message == "a bad value\nsecond line"
     assert capsys.readouterr().out == "ValueError: a bad value\n"
+
+
+def test_what_the_failed_block_held_is_freed_at_once() -> None:
+    """The caught error keeps no traceback, so the frames it went through (and what they
+    hold) are freed by reference counting, not by a later garbage collection."""
+
+    class Held:
+        pass
+
+    freed: list[bool] = []
+
+    def fail_holding() -> None:
+        held = Held()
+        weakref.finalize(held, freed.append, True)
+        raise ValueError("bad")
+
+    gc.disable()  # only reference counting frees it now
+    try:
+        with raises(ValueError, match="bad", show=False) as caught:
+            fail_holding()
+        assert freed == [True]
+        assert caught.exception is not None
+        assert caught.exception.__traceback__ is None
+    finally:
+        gc.enable()
 
 
 def test_tuple_of_types_and_quiet(capsys: pytest.CaptureFixture[str]) -> None:
