@@ -214,14 +214,15 @@ class TransformedRange(Dataset[Any]):
 
     Item ``i`` is ``transform(i)``, or ``i`` while ``transform`` is None. The attribute
     ``transform`` is read at every load, as torchvision's datasets read theirs: set it
-    to change what every later item is.
+    to change what every later item is. Setting it checks it as ``__init__`` does.
 
     Args:
         length: the number of items, an int from 0 to ``2**63 - 1`` (what ``len()`` returns).
         transform: a callable of one argument, or None.
 
     Raises:
-        TypeError: ``length`` is not an int or ``transform`` is not callable with one argument.
+        TypeError: ``length`` is not an int or ``transform`` (given or set) is not callable
+            with one argument.
         ValueError: ``length`` is out of range.
 
     Example:
@@ -232,9 +233,18 @@ class TransformedRange(Dataset[Any]):
 
     def __init__(self, length: int, *, transform: Callable[[int], Any] | None = None) -> None:
         self.length = check_int("length", length, minimum=0, maximum=INT64_MAX)  # len()'s limit
+        self.transform = transform
+
+    @property
+    def transform(self) -> Callable[[int], Any] | None:
+        """The callable applied to every item loaded from now on, or None."""
+        return self._transform
+
+    @transform.setter
+    def transform(self, transform: Callable[[int], Any] | None) -> None:
         if transform is not None:
             check_callable("transform", transform, arguments=1)
-        self.transform = transform
+        self._transform = transform
 
     def __len__(self) -> int:
         return self.length
@@ -252,7 +262,9 @@ class StallingDataset(Dataset[int]):
     (a DataLoader worker, or the main process), until :meth:`release` is called in any
     process that shares the dataset's event (the main process, for workers it started),
     as a worker stuck on a lock or a network read would. It never waits longer than
-    ``seconds``: then it raises TimeoutError.
+    ``seconds``: then it raises TimeoutError. The event is made in the ``spawn``
+    context, which workers started by ``fork``, ``spawn`` and ``forkserver`` all accept
+    (one made in the ``fork`` context cannot be handed to the other two).
 
     Args:
         length: the number of items, an int from 1 to ``2**63 - 1``.
@@ -276,9 +288,7 @@ class StallingDataset(Dataset[int]):
         self.length = check_int("length", length, minimum=1, maximum=INT64_MAX)
         self.stall_at = check_int("stall_at", stall_at, minimum=0, maximum=self.length - 1)
         self.seconds = check_seconds("seconds", seconds)
-        self._released = (
-            multiprocessing.get_context().Event()
-        )  # reaches workers of any start method
+        self._released = multiprocessing.get_context("spawn").Event()  # see the docstring
 
     def __len__(self) -> int:
         return self.length
@@ -335,10 +345,13 @@ class HeldRecords(Dataset[dict[str, int]]):
     ``count`` distinct int objects of 32 bytes each (not the small ints Python caches).
     The dataset has ``blocks`` items; item ``i`` reads every ``blocks``-th record from
     record ``i`` on, as an epoch of shuffled samples reads records from all over the
-    data. Item ``i`` is ``{"worker": w, "total": t, "growth": g}``: ``w`` the id of the
-    DataLoader worker that loaded it (-1 in the main process), ``t`` the sum of the
-    records it read, and ``g`` how many bytes the :func:`private_memory` of the process
-    that loaded it grew since that process's copy of the dataset began its first load.
+    data; a list's records are read one at a time (no slice of the list is built, whose
+    memory would count). Item ``i`` is ``{"worker": w, "total": t, "growth": g}``: ``w``
+    the id of the DataLoader worker that loaded it (-1 in the main process), ``t`` the
+    sum of the records it read, and ``g`` how many bytes the :func:`private_memory` of
+    the process that loaded it grew since that process began its first load of this
+    dataset (a forked worker takes its own starting point, even when the main process
+    had loaded items before the fork).
 
     Args:
         count: the number of records, an int from 1 to :data:`MAX_RECORDS`.
@@ -365,7 +378,7 @@ class HeldRecords(Dataset[dict[str, int]]):
             if held == "list"
             else torch.arange(start, start + count, dtype=torch.int64)
         )
-        self._before: int | None = None  # this copy's private memory before its first load
+        self._before: tuple[int, int] | None = None  # (pid, private memory) at its first load
 
     def __len__(self) -> int:
         return self.blocks
@@ -373,14 +386,18 @@ class HeldRecords(Dataset[dict[str, int]]):
     def __getitem__(self, index: int) -> dict[str, int]:
         """Item ``index``; an IndexError outside ``range(0, len(self))``."""
         index = _check_index(index, self.blocks)
-        if self._before is None:
-            self._before = private_memory()
-        read = self.records[index :: self.blocks]
-        total = int(read.sum()) if isinstance(read, torch.Tensor) else sum(read)
+        pid = os.getpid()
+        if self._before is None or self._before[0] != pid:  # a copy inherited by a fork
+            self._before = (pid, private_memory())
+        records = self.records
+        if isinstance(records, torch.Tensor):
+            total = int(records[index :: self.blocks].sum())  # a view: nothing copied
+        else:
+            total = sum(records[k] for k in range(index, self.count, self.blocks))
         return {
             "worker": _worker_id(),
             "total": total,
-            "growth": private_memory() - self._before,
+            "growth": private_memory() - self._before[1],
         }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import operator
 import os
 import sys
@@ -499,6 +500,18 @@ def test_transformed_range_bad_arguments() -> None:
         TransformedRange(2)[2]
 
 
+def test_transformed_range_checks_a_transform_when_it_is_set() -> None:
+    data = TransformedRange(2, transform=operator.neg)
+    with pytest.raises(TypeError, match="transform must be callable, got int: 5"):
+        data.transform = 5  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="transform must be callable with 1 positional argument"):
+        data.transform = lambda: 0  # type: ignore[assignment]
+    assert data.transform is operator.neg  # unchanged by the refusals
+    assert data[1] == -1
+    data.transform = None
+    assert data[1] == 1
+
+
 # ------------------------------------------------------------------------ StallingDataset
 
 
@@ -511,6 +524,18 @@ def test_stalling_dataset_waits_for_release_in_a_thread() -> None:
     started = time.monotonic()
     assert data[1] == 1
     assert time.monotonic() - started >= 0.2
+
+
+def test_stalling_dataset_is_released_by_a_spawned_process() -> None:
+    """Its event can be handed to a spawned process (one made by fork could not be)."""
+    data = StallingDataset(2, seconds=30)
+    spawned = multiprocessing.get_context("spawn").Process(target=data._released.set)
+    spawned.start()
+    spawned.join(30)
+    assert spawned.exitcode == 0
+    started = time.monotonic()
+    assert data[0] == 0
+    assert time.monotonic() - started < 5  # released: no wait
 
 
 def test_stalling_dataset_never_waits_longer_than_its_seconds() -> None:
@@ -588,6 +613,17 @@ def test_held_records_in_two_forked_workers() -> None:
     plain = torch.arange(2**40, 2**40 + 10_000)
     assert [i["total"] for i in items] == [int(plain[k::4].sum()) for k in range(4)]
     assert [i["worker"] for i in items] == [0, 1, 0, 1]
+
+
+@linux_only
+def test_held_records_workers_measure_from_their_own_first_load() -> None:
+    """A forked worker does not inherit the main process's starting point."""
+    data = HeldRecords(10_000, held="tensor", blocks=4)
+    assert data[0]["worker"] == -1  # loaded here first: this process's starting point
+    assert private_memory() > 64 * 2**20  # far above a fresh worker's growth
+    loader = DataLoader(data, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    growth = [i["growth"] for i in loader]
+    assert all(abs(g) < 16 * 2**20 for g in growth), growth
 
 
 @pytest.mark.parametrize(
