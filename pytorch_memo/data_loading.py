@@ -269,7 +269,8 @@ class StallingDataset(Dataset[int]):
     Args:
         length: the number of items, an int from 1 to ``2**63 - 1``.
         stall_at: the item that blocks, an int in ``range(0, length)``.
-        seconds: the longest wait, a positive number of seconds (at most a year).
+        seconds: the longest wait, a positive number of seconds (at most a year); no
+            default, so that every caller states how long a load may block.
 
     Raises:
         TypeError: an argument has the wrong type.
@@ -284,7 +285,7 @@ class StallingDataset(Dataset[int]):
         1
     """
 
-    def __init__(self, length: int, *, stall_at: int = 0, seconds: float = 60.0) -> None:
+    def __init__(self, length: int, *, stall_at: int = 0, seconds: float) -> None:
         self.length = check_int("length", length, minimum=1, maximum=INT64_MAX)
         self.stall_at = check_int("stall_at", stall_at, minimum=0, maximum=self.length - 1)
         self.seconds = check_seconds("seconds", seconds)
@@ -301,7 +302,10 @@ class StallingDataset(Dataset[int]):
         """Item ``index``, after the wait for item ``stall_at``; an IndexError outside the range."""
         index = _check_index(index, self.length)
         if index == self.stall_at and not self._released.wait(self.seconds):
-            msg = f"StallingDataset: item {index} was not released within {self.seconds:g} s"
+            msg = (
+                f"StallingDataset: item {index} (stall_at) was not released within "
+                f"seconds={self.seconds:g}"
+            )
             raise TimeoutError(msg)
         return index
 

@@ -364,6 +364,12 @@ def _objects(memo: dict[Spec, Any]) -> dict[str, Callable[[], Any]]:
         "endless_draws": lambda: itertools.repeat(draws()[0]),
         "tracing_dataset": lambda: memo_module("data_loading").TracingDataset(3, tag=1),
         "variable_lengths": lambda: memo_module("data_loading").VariableLengths(4),
+        "transformed_range": lambda: memo_module("data_loading").TransformedRange(3),
+        # item 1 stalls, at most 0.05 s; the INDEX values read are 0 and 2
+        "stalling_dataset": lambda: memo_module("data_loading").StallingDataset(
+            3, stall_at=1, seconds=0.05
+        ),
+        "held_records": lambda: memo_module("data_loading").HeldRecords(10, held="list", blocks=4),
         "split": lambda: memo_module("data_loading").distributed_split(5, num_replicas=2, epochs=2),
         "huge_split": lambda: [[list(range(10**6))]],
         "noisy_range": lambda: memo_module("randomness").NoisyRange(3, seed=0),

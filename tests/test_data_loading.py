@@ -516,7 +516,7 @@ def test_transformed_range_checks_a_transform_when_it_is_set() -> None:
 
 
 def test_stalling_dataset_waits_for_release_in_a_thread() -> None:
-    data = StallingDataset(3, stall_at=1)
+    data = StallingDataset(3, stall_at=1, seconds=30)
     assert len(data) == 3
     assert data[0] == 0
     assert data[2] == 2
@@ -540,7 +540,9 @@ def test_stalling_dataset_is_released_by_a_spawned_process() -> None:
 
 def test_stalling_dataset_never_waits_longer_than_its_seconds() -> None:
     data = StallingDataset(2, seconds=0.05)
-    with pytest.raises(TimeoutError, match=r"item 0 was not released within 0\.05 s"):
+    with pytest.raises(
+        TimeoutError, match=r"item 0 \(stall_at\) was not released within seconds=0\.05"
+    ):
         data[0]
 
 
@@ -554,9 +556,9 @@ def test_stalling_dataset_is_released_in_a_forked_worker() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"length": 0}, ValueError, "length must be >= 1, got 0"),
-        ({"length": 3, "stall_at": 3}, ValueError, "stall_at must be <= 2, got 3"),
-        ({"length": 3, "stall_at": -1}, ValueError, "stall_at must be >= 0, got -1"),
+        ({"length": 0, "seconds": 1}, ValueError, "length must be >= 1, got 0"),
+        ({"length": 3, "stall_at": 3, "seconds": 1}, ValueError, "stall_at must be <= 2, got 3"),
+        ({"length": 3, "stall_at": -1, "seconds": 1}, ValueError, "stall_at must be >= 0, got -1"),
         ({"length": 3, "seconds": 0}, ValueError, "seconds must be > 0 seconds, got 0"),
         ({"length": 3, "seconds": float("inf")}, ValueError, "seconds must be a finite number"),
         ({"length": 3, "seconds": True}, TypeError, "seconds must be a number of seconds, got bool"),

@@ -792,6 +792,36 @@ REGISTRY: dict[str, Entry | str] = {
     "data_loading.VariableLengths.__getitem__": Entry(
         calls([SELF("variable_lengths"), INDEX]), allowed=("builtins.IndexError",)
     ),
+    "data_loading.TransformedRange": Entry(
+        calls([LENGTH], {"transform": A([None, *O("fn_args")], [*O("fn_none"), 3, "f"])})
+    ),
+    "data_loading.TransformedRange.__getitem__": Entry(
+        calls([SELF("transformed_range"), INDEX]), allowed=("builtins.IndexError",)
+    ),
+    # keyword-only `seconds` has no default: every call waits at most the seconds drawn
+    "data_loading.StallingDataset": Entry(
+        calls(
+            [A([1, 3], [0, -1, 2**63, *INTS])],
+            {"stall_at": A([0, 2], [-1, 3, 2**63, *INTS]), "seconds": A([0.01, 0.2], SECONDS)},
+        )
+    ),
+    "data_loading.StallingDataset.__getitem__": Entry(
+        calls([SELF("stalling_dataset"), INDEX]), allowed=("builtins.IndexError",)
+    ),
+    "data_loading.StallingDataset.release": Entry(calls([SELF("stalling_dataset")])),
+    "data_loading.private_memory": Entry(calls()),
+    "data_loading.HeldRecords": Entry(
+        calls(
+            [A([1, 10], [0, -1, 2**63, *INTS])],
+            {
+                "held": A(["list", "tensor"], ["array", "", 3, None]),
+                "blocks": A([1, 4], [0, -1, 11, 2**63, *INTS]),
+            },
+        )
+    ),
+    "data_loading.HeldRecords.__getitem__": Entry(
+        calls([SELF("held_records"), INDEX]), allowed=("builtins.IndexError",)
+    ),
     "data_loading.PaddedBatch": RESULT,
     "data_loading.pad_collate": Entry(
         calls(
