@@ -319,6 +319,37 @@ def claim_outcomes(
     return found
 
 
+def _run_chapters(
+    python: Path, torch: str, paths: list[str], folder: Path
+) -> tuple[dict[str, Outcome], dict[str, dict[str, ClaimOutcome]], dict[str, list[list[str]]]]:
+    """Run the chapters at ``paths`` in lax nbval from a copy outside the checkout (under
+    ``folder``): each chapter's outcome, its claim cells' outcomes, and the errors the
+    ``raises`` checks caught."""
+    outside = _outside_the_checkout(folder / "reader", paths)
+    # Each release builds the chapters' extensions afresh, as on a new machine: torch
+    # before 2.14 waits forever on the `lock` file that 2.14 and later leave in a
+    # build folder, so a shared cache folder would hang an older release's run.
+    builds = {"TORCH_EXTENSIONS_DIR": str(folder / "torch_extensions")}
+    raised = folder / "raised"  # the errors the `raises` checks caught
+    raised.mkdir()
+    builds["MEMO_RAISED"] = str(raised)
+    lax = _pytest(
+        python,
+        ["--nbval-lax", *memobook.NBVAL_OPTIONS, *memobook.NBVAL_WORKERS, *paths],
+        folder / "lax.json",
+        cwd=outside,
+        extra_env=builds,
+    )
+    chapters = {}
+    claims = {}
+    for path in paths:
+        prefix = f"{path}::"
+        name = Path(path).stem
+        chapters[name] = _outcome({k: v for k, v in lax.items() if k.startswith(prefix)})
+        claims[name] = claim_outcomes(outside / path, path, lax, torch)
+    return chapters, claims, gather_raised(raised)
+
+
 def check(release: Release, python_version: str = DEFAULT_PYTHON) -> MatrixRun:
     """Build the environment of ``release`` on ``python_version`` and run the unit tests
     and lax nbval there."""
@@ -327,34 +358,49 @@ def check(release: Release, python_version: str = DEFAULT_PYTHON) -> MatrixRun:
     install_package(python)
     torch, vision, py = _versions(python)
     print(f"== torch {torch}, torchvision {vision}, Python {py}", flush=True)
-    paths = memobook.chapter_paths()
     with tempfile.TemporaryDirectory() as folder:
         unit = _pytest(python, list(UNIT_ARGS), Path(folder) / "unit.json")
-        outside = _outside_the_checkout(Path(folder) / "reader", paths)
-        # Each release builds the chapters' extensions afresh, as on a new machine: torch
-        # before 2.14 waits forever on the `lock` file that 2.14 and later leave in a
-        # build folder, so a shared cache folder would hang an older release's run.
-        builds = {"TORCH_EXTENSIONS_DIR": str(Path(folder) / "torch_extensions")}
-        raised = Path(folder) / "raised"  # the errors the `raises` checks caught
-        raised.mkdir()
-        builds["MEMO_RAISED"] = str(raised)
-        lax = _pytest(
-            python,
-            ["--nbval-lax", *memobook.NBVAL_OPTIONS, *memobook.NBVAL_WORKERS, *paths],
-            Path(folder) / "lax.json",
-            cwd=outside,
-            extra_env=builds,
+        chapters, claims, errors = _run_chapters(
+            python, torch, memobook.chapter_paths(), Path(folder)
         )
-        chapters = {}
-        claims = {}
-        for path in paths:
-            prefix = f"{path}::"
-            name = Path(path).stem
-            chapters[name] = _outcome({k: v for k, v in lax.items() if k.startswith(prefix)})
-            claims[name] = claim_outcomes(outside / path, path, lax, torch)
-        errors = gather_raised(raised)
     seconds = round(time.perf_counter() - start, 1)
     return MatrixRun(torch, vision, now(), py, _outcome(unit), chapters, claims, seconds, errors)
+
+
+def chapter_paths(names: list[str]) -> list[str]:
+    """The paths of the chapters named (``compiling``), in the book's order."""
+    paths = memobook.chapter_paths()
+    known = {Path(p).stem: p for p in paths}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        msg = f"chapters must be among {sorted(known)}, got {unknown}"
+        raise ValueError(msg)
+    return [p for p in paths if Path(p).stem in names]
+
+
+def rerun(
+    release: Release, python_version: str, names: list[str], record: MatrixRecord
+) -> MatrixRun:
+    """Run the chapters ``names`` again on ``release`` and ``python_version``, without the
+    unit tests, and return the run recorded for them in ``record`` with these chapters'
+    results replaced (:meth:`MatrixRun.with_chapters`). For a chapter edited after the
+    whole run: its cells' results on each release, at the cost of that chapter only."""
+    paths = chapter_paths(names)
+    key = f"{release.torch} py{python_version}"
+    if key not in record.runs:
+        msg = f"{key} has no run to update: run the release whole first (without --chapter)"
+        raise ValueError(msg)
+    python = build(release, python_version)
+    install_package(python)
+    torch, vision, py = _versions(python)
+    print(f"== torch {torch}, torchvision {vision}, Python {py}: {', '.join(names)}", flush=True)
+    earlier = record.runs[key]
+    if (torch, vision) != (earlier.torch, earlier.torchvision):
+        msg = f"{key} was run with torchvision {earlier.torchvision}, this environment has {vision}"
+        raise ValueError(msg)
+    with tempfile.TemporaryDirectory() as folder:
+        chapters, claims, errors = _run_chapters(python, torch, paths, Path(folder))
+    return earlier.with_chapters(chapters, claims, errors, now())
 
 
 def jobs(
@@ -389,6 +435,13 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         help="only the runs on this Python (3.12); default: every Python a release lists",
+    )
+    parser.add_argument(
+        "--chapter",
+        action="append",
+        default=[],
+        help="run only this chapter (compiling) again, no unit tests, updating the run "
+        "recorded for each release; repeat for several",
     )
     parser.add_argument("--newest", action="store_true", help="the newest torch on the index")
     parser.add_argument(
@@ -425,9 +478,23 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(error))
         if not chosen:
             parser.error(f"no release of versions.toml runs on Python {args.python}")
+    if args.chapter:
+        try:
+            chapter_paths(args.chapter)
+        except ValueError as error:
+            parser.error(str(error))
+        if args.newest:
+            parser.error("--chapter updates a recorded run: name releases, not --newest")
+        recorded = MatrixRecord.read(MATRIX).runs
+        absent = [f"{r.torch} py{p}" for r, p in chosen if f"{r.torch} py{p}" not in recorded]
+        if absent:
+            parser.error(f"--chapter updates a recorded run; none yet for {', '.join(absent)}")
     failed = []
     for release, python in chosen:
-        run = check(release, python)
+        if args.chapter:
+            run = rerun(release, python, args.chapter, MatrixRecord.read(MATRIX))
+        else:
+            run = check(release, python)
         MatrixRecord.read(MATRIX).with_run(run).write(MATRIX)
         bad = [c for c, o in run.chapters.items() if not o.ok]
         print(f"torch {run.torch} on Python {run.python}: unit {run.unit.passed} passed, "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +304,10 @@ class MatrixRun:
     raised: dict[str, list[list[str]]] = field(default_factory=dict)
     """By the ``match`` of a ``raises`` check: the errors it caught in this run, each
     ``[type, first line of the message]``, sorted (see :func:`pytorch_memo.checks.raises`)."""
+    reruns: dict[str, str] = field(default_factory=dict)
+    """By chapter topic: when the chapter ran again on its own after the run
+    (``python -m memobook.matrix 2.12.1 --chapter compiling``); its outcome, claims and
+    the errors its checks caught come from that re-run."""
 
     @property
     def key(self) -> str:
@@ -342,6 +346,32 @@ class MatrixRun:
             if "seconds" in data
             else 0.0,
             raised=_raised(data.get("raised", {}), where),
+            reruns=_reruns(data.get("reruns", {}), where),
+        )
+
+    def with_chapters(
+        self,
+        chapters: Mapping[str, Outcome],
+        claims: Mapping[str, dict[str, ClaimOutcome]],
+        raised: Mapping[str, list[list[str]]],
+        executed: str,
+    ) -> MatrixRun:
+        """A copy in which the chapters of a re-run (``chapters``, with their ``claims``)
+        replace their earlier results, noted as re-run at ``executed``. The errors the
+        re-run's checks caught replace those of the same ``match``; the rest of the run
+        (the unit tests, the other chapters, its date and duration) stays as it was."""
+        missing = sorted(set(chapters) ^ set(claims))
+        if missing:
+            msg = (
+                f"a re-run needs the outcome and the claims of each chapter, not only of {missing}"
+            )
+            raise ValueError(msg)
+        return replace(
+            self,
+            chapters={**self.chapters, **chapters},
+            claims={**self.claims, **claims},
+            raised=dict(sorted({**self.raised, **raised}.items())),
+            reruns=dict(sorted({**self.reruns, **dict.fromkeys(chapters, executed)}.items())),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -351,6 +381,16 @@ class MatrixRun:
             for chapter, cells in self.claims.items()
         }
         return data
+
+
+def _reruns(data: Any, where: str) -> dict[str, str]:
+    """A run's ``reruns`` mapping, checked: chapter -> when it ran again."""
+    if not isinstance(data, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        msg = f"{where}: reruns must map chapters to the time each ran again"
+        raise RecordError(msg)
+    return dict(data)
 
 
 def _raised(data: Any, where: str) -> dict[str, list[list[str]]]:

@@ -196,7 +196,10 @@ class MatrixDirective(SphinxDirective):
             cells: list[nodes.Node | str] = [_doc_link(chapter.docname, chapter.title)]
             for run in runs:
                 outcome = run.chapters.get(chapter.name)
-                cells.append("not run" if outcome is None else _outcome_text(outcome))
+                text = "not run" if outcome is None else _outcome_text(outcome)
+                if chapter.name in run.reruns:
+                    text += f" (chapter re-run {run.reruns[chapter.name]})"
+                cells.append(text)
             rows.append(cells)
         rows.append(["unit tests", *(_outcome_text(run.unit) for run in runs)])
         rows.append(

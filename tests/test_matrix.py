@@ -278,6 +278,50 @@ def test_jobs_print_ci_s_strategy_and_records_merge(
     assert merged.runs["2.8.0 py3.11"].executed == "now", "a newer run replaces the older"
 
 
+def test_a_chapter_rerun_replaces_that_chapter_only_and_says_when(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memobook.record import ClaimOutcome, MatrixRecord, MatrixRun, Outcome
+
+    old, new = ClaimOutcome("passed", "old"), ClaimOutcome("failed", "new", ("else",))
+    run = MatrixRun(
+        "2.12.1", "0.27.1", "then", "3.11.7", Outcome(5, 0, 0),
+        {"views": Outcome(1, 0, 0), "compiling": Outcome(2, 0, 0)},
+        {"views": {"v": old}, "compiling": {"c": old, "gone": old}}, 600.0,
+        {"kept": [["E", "a"]], "caught": [["E", "old"]]},
+    )  # fmt: skip
+    again = run.with_chapters(
+        {"compiling": Outcome(1, 1, 0)},
+        {"compiling": {"c": new}},
+        {"caught": [["E", "new"]]},
+        "now",
+    )
+    assert again.chapters == {"views": Outcome(1, 0, 0), "compiling": Outcome(1, 1, 0)}
+    assert again.claims == {"views": {"v": old}, "compiling": {"c": new}}, "old cells dropped"
+    assert again.raised == {"caught": [["E", "new"]], "kept": [["E", "a"]]}
+    assert (again.unit, again.executed, again.seconds) == (run.unit, "then", 600.0)
+    assert again.reruns == {"compiling": "now"}
+    path = tmp_path / "matrix.json"
+    MatrixRecord().with_run(again).write(path)
+    assert MatrixRecord.read(path).runs["2.12.1 py3.11"] == again, "reruns kept in the record"
+    with pytest.raises(ValueError, match="outcome and the claims of each chapter"):
+        run.with_chapters({"compiling": Outcome(1, 0, 0)}, {}, {}, "now")
+    # The command line refuses what it cannot update, before building anything.
+    monkeypatch.setattr(matrix, "MATRIX", path)
+    monkeypatch.setattr(matrix, "build", lambda *a, **k: pytest.fail("built an environment"))
+    for argv, expected in (
+        (["2.12.1", "--chapter", "nochapter"], "chapters must be among"),
+        (["2.13.0", "--chapter", "compiling"], "none yet for 2.13.0 py3.11"),
+        (["--newest", "--chapter", "compiling"], "name releases, not --newest"),
+    ):
+        with pytest.raises(SystemExit):
+            matrix.main(argv)
+        assert expected in capsys.readouterr().err
+    assert matrix.chapter_paths(["numerics", "creation"]) == [
+        "book/creation.ipynb", "book/numerics.ipynb"
+    ]  # fmt: skip
+
+
 def test_the_workflow_runs_one_job_per_release_and_python() -> None:
     import yaml
 
