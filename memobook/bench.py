@@ -40,7 +40,7 @@ from typing import Self
 import nbformat
 
 import memobook
-from memobook.execute import run_cells
+from memobook.execute import cuda_available, run_cells
 
 WORK = memobook.ROOT / "_build" / "bench"
 GOAL_OVERHEAD = 1.10
@@ -137,6 +137,16 @@ def run_all(path: Path, cells: list[tuple[float, str]] | None = None) -> float:
     return took
 
 
+def torch_build() -> str:
+    """Which torch the chapters ran on: a CUDA build maps CUDA's libraries into every
+    process that imports torch (hundreds of MiB of PSS each), a CPU build (Binder's,
+    from environment.yml) does not, so the peaks differ by build."""
+    import torch
+
+    cuda = torch.version.cuda
+    return f"torch {torch.__version__}, " + (f"a CUDA {cuda} build" if cuda else "a CPU build")
+
+
 def plain_parallel_run_all(paths: list[Path], workers: int) -> float:
     """Seconds to Run All every notebook, ``workers`` at a time, comparing nothing."""
     start = time.perf_counter()
@@ -172,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     bare = WORK / "bare.ipynb"
     nbformat.write(bare_notebook(), bare)
     run_all(bare)  # warm-up: the first kernel of a run starts cold
+    # Running a chapter with `gpu` cells asks torch, in this process, whether CUDA is
+    # there (memobook.execute.run_cells): import it now, or the first such chapter's time
+    # holds this process's import of torch (about 2 s), which the reader's Run All has not.
+    cuda_available()
     step = WORK / "step.ipynb"
     nbformat.write(step_notebook(), step)
     pairs = [(run_all(bare), run_all(step)) for _ in range(3)]  # the fastest of each
@@ -202,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"largest peak PSS {max(peaks):.2f} GiB, {paths[peaks.index(max(peaks))].stem} "
-        f"(goal <= {GOAL_MEMORY_GIB}; sampled every {SAMPLE_SECONDS} s)"
+        f"(goal <= {GOAL_MEMORY_GIB}; sampled every {SAMPLE_SECONDS} s; {torch_build()})"
     )
     print("\nslowest cells (seconds):")
     for took, where in sorted(cells, reverse=True)[:12]:

@@ -107,7 +107,8 @@ class NotebookChangedError(RuntimeError):
     """The notebook changed while it ran; it was not written (the outputs were kept)."""
 
 
-def _cuda() -> bool:
+def cuda_available() -> bool:
+    """Whether torch, imported in this process (once, seconds), sees a CUDA device."""
     import torch
 
     return bool(torch.cuda.is_available())
@@ -225,7 +226,7 @@ def run_cells(
     (the GPU run, :mod:`memobook.gpu`, reports every failing cell at once).
     """
     gpu = [memobook.GPU_TAG in c.metadata.get("tags", []) for c in nb.cells]
-    has_cuda = any(gpu) and _cuda()  # torch is imported only when needed (seconds)
+    has_cuda = any(gpu) and cuda_available()  # torch is imported only when needed (seconds)
     keeper = _Keeper()
     try:
         with interruptible([keeper.kill_now]):
