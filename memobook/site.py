@@ -197,8 +197,8 @@ class MatrixDirective(SphinxDirective):
             for run in runs:
                 outcome = run.chapters.get(chapter.name)
                 text = "not run" if outcome is None else _outcome_text(outcome)
-                if chapter.name in run.reruns:
-                    text += f" (chapter re-run {run.reruns[chapter.name]})"
+                if chapter.name in run.reruns:  # the day it ran again on its own
+                    text += f" (re-run {run.reruns[chapter.name].split()[0]})"
                 cells.append(text)
             rows.append(cells)
         rows.append(["unit tests", *(_outcome_text(run.unit) for run in runs)])

@@ -73,6 +73,22 @@ def test_status_page_shows_each_chapters_record(page: Page, site_url: str) -> No
         assert cells[5] == str(record.gpu_cells)
 
 
+def test_status_page_says_which_chapters_ran_again_on_their_own(page: Page, site_url: str) -> None:
+    from memobook.record import MatrixRecord
+
+    runs = MatrixRecord.read().sorted_runs()
+    page.goto(f"{site_url}/book/status.html")
+    table = page.locator("table.memo-matrix")
+    names = [c.name for c in memobook.chapters()]
+    rows = table.locator("tbody tr")
+    for column, run in enumerate(runs, start=1):
+        for i, name in enumerate(names):
+            text = rows.nth(i).locator("td").nth(column).inner_text()
+            rerun = run.reruns.get(name)
+            day = rerun.split()[0] if rerun else "no"
+            assert (f"(re-run {day})" in text) == (rerun is not None), (run.key, name)
+
+
 def test_api_page_documents_every_public_helper(page: Page, site_url: str) -> None:
     page.goto(f"{site_url}/book/api.html")
     ids = set(page.eval_on_selector_all("[id]", "els => els.map(e => e.id)"))
