@@ -22,6 +22,7 @@ import queue
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -457,9 +458,11 @@ def reference_step(seed: int, batch_size: int, lr: float = 0.1) -> dict[str, Any
 def run_torchrun(*, nproc: int = 2, timeout: float = 180.0) -> list[dict[str, Any]]:
     """Launch ``python -m torch.distributed.run`` (``torchrun``) on this module.
 
-    ``torchrun --nproc-per-node NPROC --master-addr 127.0.0.1 --master-port PORT -m
-    pytorch_memo.distributed`` starts ``nproc`` processes; each joins a ``gloo`` group
-    from the variables torchrun set and rank 0 prints what every rank saw.
+    ``torchrun --nproc-per-node NPROC --master-addr 127.0.0.1 --master-port PORT
+    --log-dir LOGS -m pytorch_memo.distributed`` starts ``nproc`` processes; each joins a
+    ``gloo`` group from the variables torchrun set and rank 0 prints what every rank saw.
+    ``LOGS`` is a temporary folder removed before this returns (left to itself, torchrun
+    makes a ``torchelastic_*`` folder in the temporary folder at every run and keeps it).
 
     On a timeout (or any exception, ``KeyboardInterrupt`` included) the launcher and
     every process it started are killed before this returns: torchrun starts each
@@ -484,27 +487,31 @@ def run_torchrun(*, nproc: int = 2, timeout: float = 180.0) -> list[dict[str, An
     """
     check_int("nproc", nproc, minimum=1, maximum=MAX_PROCESSES)
     check_seconds("timeout", timeout)
-    command = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nproc-per-node", str(nproc),
-        "--master-addr", HOST, "--master-port", str(free_port()),
-        "-m", "pytorch_memo.distributed",
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    launcher = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True,  # no terminal signal reaches it but ours
-    )  # fmt: skip
-    try:
-        stdout, stderr = launcher.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(launcher.pid)
-        stdout, stderr = launcher.communicate()
-        raise subprocess.TimeoutExpired(command, timeout, stdout, stderr) from None
-    except BaseException:
-        kill_tree(launcher.pid)
-        launcher.communicate()
-        raise
+    # Without --log-dir the launcher makes a folder torchelastic_* in the temporary
+    # folder at every run and leaves it there: give it one that is removed afterwards.
+    with tempfile.TemporaryDirectory(prefix="memo-torchrun-") as logs:
+        command = [
+            sys.executable, "-m", "torch.distributed.run",
+            "--nproc-per-node", str(nproc),
+            "--master-addr", HOST, "--master-port", str(free_port()),
+            "--log-dir", logs,
+            "-m", "pytorch_memo.distributed",
+        ]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        launcher = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True,  # no terminal signal reaches it but ours
+        )  # fmt: skip
+        try:
+            stdout, stderr = launcher.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(launcher.pid)
+            stdout, stderr = launcher.communicate()
+            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr) from None
+        except BaseException:
+            kill_tree(launcher.pid)
+            launcher.communicate()
+            raise
     done = subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     ranks: list[dict[str, Any]] = json.loads(lines[-1])

@@ -127,8 +127,12 @@ def test_reference_step_rejects_a_bad_batch_size() -> None:
         reference_step(0, 0)
 
 
-def test_torchrun_sets_the_variables() -> None:
+def test_torchrun_sets_the_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # torchrun's launcher, left to itself, makes a log folder torchelastic_* in the
+    # temporary folder and leaves it there: the run must leave nothing behind.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     ranks = run_torchrun(nproc=2, timeout=LOADED)
+    assert list(tmp_path.iterdir()) == [], "left in the temporary folder"
     assert [r["rank"] for r in ranks] == [0, 1]
     for rank, r in enumerate(ranks):
         env = r["env"]
