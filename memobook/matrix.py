@@ -57,6 +57,7 @@ from memobook.record import (
     Outcome,
     gather_raised,
     now,
+    run_key,
     source_digest,
 )
 
@@ -367,17 +368,6 @@ def check(release: Release, python_version: str = DEFAULT_PYTHON) -> MatrixRun:
     return MatrixRun(torch, vision, now(), py, _outcome(unit), chapters, claims, seconds, errors)
 
 
-def chapter_paths(names: list[str]) -> list[str]:
-    """The paths of the chapters named (``compiling``), in the book's order."""
-    paths = memobook.chapter_paths()
-    known = {Path(p).stem: p for p in paths}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        msg = f"chapters must be among {sorted(known)}, got {unknown}"
-        raise ValueError(msg)
-    return [p for p in paths if Path(p).stem in names]
-
-
 def rerun(
     release: Release, python_version: str, names: list[str], record: MatrixRecord
 ) -> MatrixRun:
@@ -385,8 +375,8 @@ def rerun(
     unit tests, and return the run recorded for them in ``record`` with these chapters'
     results replaced (:meth:`MatrixRun.with_chapters`). For a chapter edited after the
     whole run: its cells' results on each release, at the cost of that chapter only."""
-    paths = chapter_paths(names)
-    key = f"{release.torch} py{python_version}"
+    paths = memobook.chapter_paths(names)
+    key = run_key(str(release.torch), python_version)
     if key not in record.runs:
         msg = f"{key} has no run to update: run the release whole first (without --chapter)"
         raise ValueError(msg)
@@ -396,7 +386,10 @@ def rerun(
     print(f"== torch {torch}, torchvision {vision}, Python {py}: {', '.join(names)}", flush=True)
     earlier = record.runs[key]
     if (torch, vision) != (earlier.torch, earlier.torchvision):
-        msg = f"{key} was run with torchvision {earlier.torchvision}, this environment has {vision}"
+        msg = (
+            f"{key} was run with torch {earlier.torch} and torchvision {earlier.torchvision}, "
+            f"this environment has {torch} and {vision}"
+        )
         raise ValueError(msg)
     with tempfile.TemporaryDirectory() as folder:
         chapters, claims, errors = _run_chapters(python, torch, paths, Path(folder))
@@ -480,13 +473,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"no release of versions.toml runs on Python {args.python}")
     if args.chapter:
         try:
-            chapter_paths(args.chapter)
-        except ValueError as error:
-            parser.error(str(error))
+            memobook.chapter_paths(args.chapter)
+        except KeyError as error:
+            parser.error(str(error.args[0]))
         if args.newest:
             parser.error("--chapter updates a recorded run: name releases, not --newest")
         recorded = MatrixRecord.read(MATRIX).runs
-        absent = [f"{r.torch} py{p}" for r, p in chosen if f"{r.torch} py{p}" not in recorded]
+        absent = [k for r, p in chosen if (k := run_key(str(r.torch), p)) not in recorded]
         if absent:
             parser.error(f"--chapter updates a recorded run; none yet for {', '.join(absent)}")
     failed = []

@@ -267,6 +267,12 @@ def minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
+def run_key(torch: str, python: str) -> str:
+    """The name of a matrix run in the record: ``run_key("2.15.0", "3.12.1")`` is
+    ``2.15.0 py3.12``."""
+    return f"{torch} py{minor(python)}"
+
+
 def release_spans(minors: list[str]) -> str:
     """``["2.8", "2.9", "2.10", "2.15"]`` -> ``2.8–2.10, 2.15``: runs of consecutive
     minor releases joined (only where every release in between ran); repeats counted once."""
@@ -312,7 +318,7 @@ class MatrixRun:
     @property
     def key(self) -> str:
         """The run's name in the record: ``2.15.0 py3.12``."""
-        return f"{self.torch} py{minor(self.python)}"
+        return run_key(self.torch, self.python)
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> MatrixRun:

@@ -310,16 +310,13 @@ def test_a_chapter_rerun_replaces_that_chapter_only_and_says_when(
     monkeypatch.setattr(matrix, "MATRIX", path)
     monkeypatch.setattr(matrix, "build", lambda *a, **k: pytest.fail("built an environment"))
     for argv, expected in (
-        (["2.12.1", "--chapter", "nochapter"], "chapters must be among"),
+        (["2.12.1", "--chapter", "nochapter"], "not chapters of _toc.yml: ['nochapter']"),
         (["2.13.0", "--chapter", "compiling"], "none yet for 2.13.0 py3.11"),
         (["--newest", "--chapter", "compiling"], "name releases, not --newest"),
     ):
         with pytest.raises(SystemExit):
             matrix.main(argv)
         assert expected in capsys.readouterr().err
-    assert matrix.chapter_paths(["numerics", "creation"]) == [
-        "book/creation.ipynb", "book/numerics.ipynb"
-    ]  # fmt: skip
 
 
 def test_the_workflow_runs_one_job_per_release_and_python() -> None:
