@@ -26,7 +26,12 @@ SIGKILL 0.2 s later, before a graceful shutdown could end); nothing is written (
 signal that comes during the write waits for its end, and the message says the outputs
 were written), and the status is 128 + the signal's number. A watchdog process (a session of its own) waits on
 a pipe from this one: when this process dies in any way, SIGKILL included, it kills the
-kernel's process group and removes the connection file. Run by ``nox`` (or with
+kernel's process group and removes the connection file. The kernel's ``TMPDIR`` is a
+private folder made for the run and removed after it (and by the watchdog): a kernel that
+started a ``forkserver`` or a ``multiprocessing`` resource tracker does not end within
+Jupyter's grace period (ipykernel waits for those children, and the tracker ignores
+SIGTERM), so Jupyter terminates it before Python's exit removes its ``pymp-*`` folder.
+Run by ``nox`` (or with
 ``--die-with-parent``), this process itself gets SIGTERM when its parent dies, so that
 ``kill -9`` of nox does not leave it running to rewrite the notebook later.
 """
@@ -37,9 +42,11 @@ import argparse
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -76,18 +83,21 @@ os.execvp(sys.argv[2], sys.argv[2:])
 _WATCHDOG = """\
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-files, groups = set(), set()
+files, groups, trees = set(), set(), set()
 for line in sys.stdin:
     kind, _, value = line.rstrip("\\n").partition(" ")
     if kind == "file":
         files.add(value)
     elif kind == "forget-file":
         files.discard(value)
+    elif kind == "tree":
+        trees.add(value)
     elif kind == "group":
         groups.add(int(value))
     elif kind == "done":
         files.clear()
         groups.clear()
+        trees.clear()
 for group in groups:
     try:
         os.killpg(group, signal.SIGKILL)
@@ -98,9 +108,14 @@ for name in files:
         os.remove(name)
     except OSError:
         pass
+if trees:
+    import shutil
+    for tree in trees:
+        shutil.rmtree(tree, ignore_errors=True)
 """
 """The watchdog: on end of input (its parent gone, SIGKILL included) it kills the
-kernel's process group and removes the connection file it was told of."""
+kernel's process group and removes the connection file and the kernel's temporary
+folder it was told of."""
 
 
 class NotebookChangedError(RuntimeError):
@@ -122,7 +137,8 @@ def device_name() -> str:
 
 
 class _Keeper:
-    """The kernel's keeper: its watchdog process, its connection file, its group."""
+    """The kernel's keeper: its watchdog process, its connection file, its group, its
+    temporary folder."""
 
     def __init__(self) -> None:
         runtime = jupyter_runtime_dir()
@@ -130,6 +146,7 @@ class _Keeper:
         self.connection_file = str(
             Path(runtime) / f"kernel-memo-{os.getpid()}-{secrets.token_hex(6)}.json"
         )
+        self.tmpdir = tempfile.mkdtemp(prefix="memo-kernel-")  # the kernel's TMPDIR
         self.process: subprocess.Popen[bytes] | None = None  # the kernel's, once launched
         self.watchdog: subprocess.Popen[str] | None = None
         self._stdin: IO[str] | None = None
@@ -142,6 +159,7 @@ class _Keeper:
             )
             self._stdin = self.watchdog.stdin
         self._tell(f"file {self.connection_file}")
+        self._tell(f"tree {self.tmpdir}")
 
     def _tell(self, line: str) -> None:
         if self._stdin is not None:
@@ -173,9 +191,11 @@ class _Keeper:
             os.remove(self.connection_file)
 
     def close(self) -> None:
-        """The run is over and the kernel shut down: the watchdog may go."""
+        """The run is over and the kernel gone (:meth:`kill_now` first): its temporary
+        folder goes, with whatever its processes left there; the watchdog may go."""
         with contextlib.suppress(OSError):
             os.remove(self.connection_file)
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
         self._tell("done")
         if self._stdin is not None:
             with contextlib.suppress(OSError):
@@ -189,8 +209,8 @@ class _Keeper:
 
 
 def _manager_class(keeper: _Keeper) -> type[Any]:
-    """A kernel manager that starts the kernel through :data:`_BOOT` (Linux) and tells
-    ``keeper`` about it."""
+    """A kernel manager that starts the kernel through :data:`_BOOT` (Linux), with
+    ``keeper``'s temporary folder as its ``TMPDIR``, and tells ``keeper`` about it."""
 
     class Manager(AsyncKernelManager):
         def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
@@ -200,6 +220,7 @@ def _manager_class(keeper: _Keeper) -> type[Any]:
             return [sys.executable, "-I", "-S", "-c", _BOOT, str(os.getpid()), *cmd]
 
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            kw["env"] = {**(kw.get("env") or os.environ), "TMPDIR": keeper.tmpdir}
             await super()._async_launch_kernel(kernel_cmd, **kw)
             process = getattr(self.provisioner, "process", None)
             if process is not None:

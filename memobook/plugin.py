@@ -7,12 +7,20 @@
   nbval kills it: a kernel killed outright takes its ``multiprocessing`` resource tracker
   with it, and the named semaphores of every ``spawn``/``forkserver`` queue, lock or pool
   still alive in the notebook stay in ``/dev/shm`` for good.
+- The kernels get a ``TMPDIR`` of their own, a private folder made when the run starts
+  and removed when it ends: a kernel that started a ``forkserver`` or a resource tracker
+  does not end within Jupyter's grace period (ipykernel waits for those children, and
+  the tracker ignores SIGTERM), so it is terminated before Python's exit removes its
+  ``pymp-*`` folder, which would otherwise stay in the machine's temporary folder.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -46,6 +54,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(reason=f"cell tagged {GPU_TAG!r}: CUDA is not available")
             )
+
+
+_kernels_tmpdir: tuple[str, str | None] | None = None
+"""The kernels' temporary folder and the ``TMPDIR`` it replaced, while the run lasts."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _kernels_tmpdir
+    folder = tempfile.mkdtemp(prefix="memo-kernels-")
+    _kernels_tmpdir = (folder, os.environ.get("TMPDIR"))
+    os.environ["TMPDIR"] = folder  # kernels started from now on inherit it
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _kernels_tmpdir
+    if _kernels_tmpdir is None:
+        return
+    folder, before = _kernels_tmpdir
+    _kernels_tmpdir = None
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -12,20 +12,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
 
+import memobook
 from memobook._guard import (
     FileChangedError,
     create_new,
     replace_if_unchanged,
 )
+from memobook.execute import run_cells
 from pytorch_memo._temporaries import remove_stale_temporaries
 from tests.authorbook import (
     POSIX_PROCESSES,
@@ -256,3 +261,38 @@ def test_create_new_never_replaces_and_stale_temporaries_go(tmp_path: Path) -> N
     stale.write_bytes(b"left by a killed writer")
     assert remove_stale_temporaries(path) == [stale]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.txt"]
+
+
+FORKSERVER = """\
+import multiprocessing as mp, multiprocessing.util as util, tempfile
+with mp.get_context("forkserver").Pool(1) as pool:
+    assert pool.map(abs, [-1]) == [1]
+print(util.get_temp_dir().startswith(tempfile.gettempdir() + "/"))
+"""
+"""A cell that starts a forkserver (and with it a resource tracker), as the processes and
+devices chapters do, and says whether multiprocessing's folder is in the kernel's
+temporary folder."""
+
+
+def test_a_kernels_temporary_folder_goes_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel that started a forkserver does not end within Jupyter's grace period
+    (ipykernel waits for its children; the resource tracker ignores SIGTERM), so it is
+    terminated and Python's exit never removes its ``pymp-*`` folder. ``run_cells`` gives
+    the kernel a ``TMPDIR`` of its own and removes it: nothing stays in the machine's.
+
+    The machine's temporary folder here is a short one (not under ``tmp_path``): the
+    forkserver's socket lives in it, and a socket's path may not pass 107 bytes."""
+    outer = Path(tempfile.mkdtemp(prefix="memo-t-"))
+    try:
+        monkeypatch.setenv("TMPDIR", str(outer))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = dict(memobook.KERNELSPEC)
+        nb.cells = [nbformat.v4.new_code_cell(FORKSERVER)]
+        run_cells(nb, tmp_path, timeout=120)
+        assert nb.cells[0].outputs[0]["text"] == "True\n"
+        assert sorted(outer.iterdir()) == []
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)

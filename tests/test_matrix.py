@@ -4,8 +4,11 @@ declared floor and the pin, and the outcomes it records are what pytest ran."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -364,3 +367,38 @@ def test_a_notebooks_kernel_is_shut_down_so_its_semaphores_are_unlinked(tmp_path
     left = [n for n in names.read_text().split() if Path(f"/dev/shm/sem.{n[1:]}").exists()]
     assert len(names.read_text().split()) == 3
     assert not left, f"left in /dev/shm: {left}"
+
+
+def test_the_notebook_runs_leave_no_kernel_temporary_folder(tmp_path: Path) -> None:
+    """A kernel that started a forkserver is terminated at the end of Jupyter's grace
+    period, before Python's exit removes its ``pymp-*`` folder: the plugin gives the
+    kernels a ``TMPDIR`` of their own and removes it when the run ends. (The machine's
+    temporary folder here is a short one: the forkserver's socket lives in it, and a
+    socket's path may not pass 107 bytes.)"""
+    outer = Path(tempfile.mkdtemp(prefix="memo-t-"))
+    source = (
+        "import multiprocessing as mp, multiprocessing.util as util, tempfile\n"
+        "with mp.get_context('forkserver').Pool(1) as pool:\n"
+        "    assert pool.map(abs, [-1]) == [1]\n"
+        "assert util.get_temp_dir().startswith(tempfile.gettempdir() + '/')\n"
+        f"assert tempfile.gettempdir().startswith({str(outer)!r} + '/memo-kernels-')\n"
+    )
+    notebook = tmp_path / "forkserver.ipynb"
+    notebook.write_text(json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "a1",
+                   "metadata": {}, "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }))  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               *memobook.NBVAL_ARGS, "--nbval-lax", str(notebook)]  # fmt: skip
+    env = {**os.environ, "TMPDIR": str(outer)}
+    try:
+        ran = subprocess.run(
+            command, cwd=memobook.ROOT, env=env, capture_output=True, text=True, check=False
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert sorted(outer.iterdir()) == []
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
