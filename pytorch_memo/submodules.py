@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import math
 import operator
+import re
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -122,8 +123,20 @@ def _rebuild_error(message: str, layer: str, inputs: Shapes, table: ShapeTable) 
     return LayerShapeError(message, layer=layer, inputs=inputs, table=table)
 
 
-def _refusal(row: LayerShape, table: ShapeTable, error: Exception) -> LayerShapeError:
-    """The error naming the module ``row`` that raised ``error``."""
+_SCALAR_TYPES = {
+    torch.float64: "Double", torch.float32: "Float", torch.float16: "Half",
+    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
+    torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
+}  # fmt: skip
+"""The names torch's C++ messages give these dtypes (``c10::ScalarType``)."""
+
+
+def _refusal(
+    row: LayerShape, table: ShapeTable, error: Exception, made: torch.dtype | None = None
+) -> LayerShapeError:
+    """The error naming the module ``row`` that raised ``error``. ``made``: the dtype of
+    the inputs made from shapes, if any; named (as the argument ``dtype``) when the
+    error names it, as when an ``nn.Embedding`` is given floats."""
     text = str(error).strip()
     first = text.splitlines()[0] if text else ""
     where = f"layer {row.name!r}" if row.name else "the model"
@@ -131,6 +144,12 @@ def _refusal(row: LayerShape, table: ShapeTable, error: Exception) -> LayerShape
         f"{where} ({row.type}) raised on input shapes {_shapes_text(row.inputs)}: "
         f"{type(error).__name__}: {first}"
     )
+    if made is not None:
+        named = re.escape(str(made))
+        if made in _SCALAR_TYPES:
+            named += rf"|\b{_SCALAR_TYPES[made]}\b"
+        if re.search(named, first):
+            message += f" (the inputs given as shapes were made with dtype={made})"
     return LayerShapeError(message, layer=row.name, inputs=row.inputs, table=table)
 
 
@@ -405,7 +424,8 @@ def layer_shapes(
         failed = next((index for index, seen in raised if seen is error), None)
         if failed is None:
             raise
-        raise _refusal(rows[failed], ShapeTable(tuple(rows)), error) from error
+        made = dtype if any(not isinstance(i, torch.Tensor) for i in inputs) else None
+        raise _refusal(rows[failed], ShapeTable(tuple(rows)), error, made) from error
     finally:
         for handle in handles:
             handle.remove()

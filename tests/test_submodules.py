@@ -623,3 +623,22 @@ def test_every_one_dtype_function_is_refused_mixed_as_the_cpu_refuses_it(name: s
         layer_shapes(Calls(torch.float64), (1,))
     _operands(name, torch.float64, torch.float64, "cpu")
     assert layer_shapes(Calls(torch.float64), (1,), dtype=torch.float64)[""].outputs
+
+
+def test_a_dtype_refused_for_inputs_made_from_shapes_names_the_dtype_argument() -> None:
+    """An ``nn.Embedding`` takes integer indices: given a shape, ``layer_shapes`` makes a
+    float32 input by default, and its refusal names the argument to change, ``dtype``."""
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 2))
+    for dtype in (torch.float32, torch.float64):
+        with pytest.raises(LayerShapeError, match=r"^layer '0' \(Embedding\) raised") as caught:
+            layer_shapes(model, (2, 3), dtype=dtype)
+        assert str(caught.value).endswith(
+            f"(the inputs given as shapes were made with dtype={dtype})"
+        )
+    assert layer_shapes(model, (2, 3), dtype=torch.long)[""].outputs == ((2, 3, 2),)
+    with pytest.raises(LayerShapeError) as given:  # a tensor, not a shape: no hint
+        layer_shapes(model, torch.zeros(2, 3))
+    assert "dtype=" not in str(given.value)
+    with pytest.raises(LayerShapeError) as shapes:  # not about the dtype: no hint
+        layer_shapes(nn.Linear(8, 2), (2, 3))
+    assert "dtype=" not in str(shapes.value)
