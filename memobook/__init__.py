@@ -21,10 +21,12 @@ from nox's own interpreter); reading YAML imports PyYAML when it is first needed
 from __future__ import annotations
 
 import functools
+import getpass
 import hashlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +120,34 @@ other checks that ``nox`` runs beside it. On 2 cores a fresh clone's ``nox`` too
 5 min 32 s with 4 workers and 4 min 59 s with 2. Files are handed out in the order
 collected (xdist would start with the files of most tests), so the long files marked
 ``early`` (``tests/conftest.py``) start first rather than finish last."""
+
+
+def inductor_default_cache_dir() -> str:
+    """Where Inductor caches what it compiles when ``TORCHINDUCTOR_CACHE_DIR`` is unset:
+    ``torchinductor_<user>`` in this process's temporary folder (torch's
+    ``default_cache_dir``, outside Meta's fbcode; a test compares the two)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        getuid = getattr(os, "getuid", None)
+        user = f"uid_{getuid()}" if callable(getuid) else "unknown_user"
+    return os.path.join(
+        tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
+    )
+
+
+def kernel_environment(tmpdir: str) -> dict[str, str]:
+    """What a kernel the book's tools start gets in its environment beyond this process's:
+    ``TMPDIR``, a private folder its runner removes after it (Jupyter terminates a
+    kernel that started a forkserver or a resource tracker before Python's exit removes
+    its ``pymp-*`` folder), and, unless set, ``TORCHINDUCTOR_CACHE_DIR`` where Inductor
+    would cache without that ``TMPDIR``, so that what a run compiles stays cached for the
+    next, as in a reader's Jupyter. Call it before this process's ``TMPDIR`` changes."""
+    env = {"TMPDIR": tmpdir}
+    if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        env["TORCHINDUCTOR_CACHE_DIR"] = inductor_default_cache_dir()
+    return env
+
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 """The kernel every chapter runs on."""

@@ -147,6 +147,7 @@ class _Keeper:
             Path(runtime) / f"kernel-memo-{os.getpid()}-{secrets.token_hex(6)}.json"
         )
         self.tmpdir = tempfile.mkdtemp(prefix="memo-kernel-")  # the kernel's TMPDIR
+        self.environment = memobook.kernel_environment(self.tmpdir)
         self.process: subprocess.Popen[bytes] | None = None  # the kernel's, once launched
         self.watchdog: subprocess.Popen[str] | None = None
         self._stdin: IO[str] | None = None
@@ -210,7 +211,8 @@ class _Keeper:
 
 def _manager_class(keeper: _Keeper) -> type[Any]:
     """A kernel manager that starts the kernel through :data:`_BOOT` (Linux), with
-    ``keeper``'s temporary folder as its ``TMPDIR``, and tells ``keeper`` about it."""
+    ``keeper``'s temporary folder as its ``TMPDIR`` (:func:`memobook.kernel_environment`),
+    and tells ``keeper`` about it."""
 
     class Manager(AsyncKernelManager):
         def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
@@ -220,7 +222,7 @@ def _manager_class(keeper: _Keeper) -> type[Any]:
             return [sys.executable, "-I", "-S", "-c", _BOOT, str(os.getpid()), *cmd]
 
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
-            kw["env"] = {**(kw.get("env") or os.environ), "TMPDIR": keeper.tmpdir}
+            kw["env"] = {**(kw.get("env") or os.environ), **keeper.environment}
             await super()._async_launch_kernel(kernel_cmd, **kw)
             process = getattr(self.provisioner, "process", None)
             if process is not None:

@@ -12,6 +12,7 @@
   does not end within Jupyter's grace period (ipykernel waits for those children, and
   the tracker ignores SIGTERM), so it is terminated before Python's exit removes its
   ``pymp-*`` folder, which would otherwise stay in the machine's temporary folder.
+  Inductor's cache stays where it was (:func:`memobook.kernel_environment`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import tempfile
 
 import pytest
 
-from memobook import GPU_TAG
+from memobook import GPU_TAG, kernel_environment
 
 _outcomes: dict[str, str] = {}
 
@@ -56,15 +57,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
-_kernels_tmpdir: tuple[str, str | None] | None = None
-"""The kernels' temporary folder and the ``TMPDIR`` it replaced, while the run lasts."""
+_kernels_tmpdir: tuple[str, dict[str, str | None]] | None = None
+"""The kernels' temporary folder and the environment variables it replaced, while the run
+lasts."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     global _kernels_tmpdir
     folder = tempfile.mkdtemp(prefix="memo-kernels-")
-    _kernels_tmpdir = (folder, os.environ.get("TMPDIR"))
-    os.environ["TMPDIR"] = folder  # kernels started from now on inherit it
+    given = kernel_environment(folder)
+    _kernels_tmpdir = (folder, {name: os.environ.get(name) for name in given})
+    os.environ.update(given)  # kernels started from now on inherit it
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -73,10 +76,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     folder, before = _kernels_tmpdir
     _kernels_tmpdir = None
-    if before is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -290,9 +290,30 @@ def test_a_kernels_temporary_folder_goes_with_it(
         monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
         nb = nbformat.v4.new_notebook()
         nb.metadata["kernelspec"] = dict(memobook.KERNELSPEC)
-        nb.cells = [nbformat.v4.new_code_cell(FORKSERVER)]
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+        inductor = 'import os\nprint(os.environ["TORCHINDUCTOR_CACHE_DIR"], end="")'
+        nb.cells = [nbformat.v4.new_code_cell(FORKSERVER), nbformat.v4.new_code_cell(inductor)]
         run_cells(nb, tmp_path, timeout=120)
         assert nb.cells[0].outputs[0]["text"] == "True\n"
         assert sorted(outer.iterdir()) == []
+        # Inductor's cache is where it would be without the kernel's own TMPDIR
+        cache = nb.cells[1].outputs[0]["text"]
+        assert cache == memobook.inductor_default_cache_dir()
+        assert Path(cache).parent == outer
     finally:
         shutil.rmtree(outer, ignore_errors=True)
+
+
+def test_a_kernel_caches_what_inductor_compiles_where_it_would_without_its_tmpdir() -> None:
+    """The kernel's own TMPDIR goes after each run; Inductor's cache must not go with it
+    (a chapter that compiles would compile from scratch every run): the kernels get
+    TORCHINDUCTOR_CACHE_DIR set to torch's own default, computed before the change."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    assert memobook.inductor_default_cache_dir() == default_cache_dir()
+    given = memobook.kernel_environment("/tmp/memo-kernel-x")
+    assert given["TMPDIR"] == "/tmp/memo-kernel-x"
+    if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        assert given["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
+    else:
+        assert "TORCHINDUCTOR_CACHE_DIR" not in given  # the caller's choice stays
