@@ -3,21 +3,25 @@
 Absolute times on a shared machine swing by half between runs, so every goal is a ratio
 of two things measured side by side in this one run:
 
-1. **Verification overhead**: the strict nbval run of every chapter (``nox -s
+First, for information, what torch itself adds to a chapter that trains: a bare notebook
+that also takes one optimizer step, against the bare notebook (:data:`STEP_SOURCE`).
+Then, numbered as the output numbers them:
+
+1. **A reader's Run All**, per chapter: running the chapter top to bottom in a fresh
+   kernel, against a bare notebook (the setup cell and ``import torch``) run right
+   before it. Goals: median over the chapters at most 2.0, every chapter at most 6.0.
+   The table says which chapters imported ``torch._dynamo`` (torch's optimizers,
+   profiler and deterministic mode import it, about a second) and gives the median
+   ratio of each group. Beside it, the **peak memory** of each chapter's Run All: the
+   proportional set size (PSS, shared pages split between the processes that share
+   them) of the kernel and every process it starts, summed, sampled every 0.2 s while
+   the chapter runs. Goal: at most 1.5 GiB (Binder gives a reader 2 GB).
+2. **Verification overhead**: the strict nbval run of every chapter (``nox -s
    notebooks``) against a plain parallel Run All of the same notebooks (the same number
    of worker processes, each running whole notebooks in a fresh kernel, comparing
    nothing). Goal: at most 1.10.
-2. **A reader's Run All**, per chapter: running the chapter top to bottom in a fresh
-   kernel, against a bare notebook (the setup cell and ``import torch``) run right
-   before it. Goals: median over the chapters at most 2.0, every chapter at most 6.0.
-3. **Peak memory** of each chapter's Run All: the proportional set size (PSS, shared
-   pages split between the processes that share them) of the kernel and every process
-   it starts, summed, sampled every 0.2 s while the chapter runs. Goal: at most 1.5 GiB
-   (Binder gives a reader 2 GB).
-4. The site build (``jupyter-book build``), for information, and the slowest cells.
-
-First, for information, what torch itself adds to a chapter that trains: a bare notebook
-that also takes one optimizer step, against the bare notebook (:data:`STEP_SOURCE`).
+3. The site build (``jupyter-book build``), for information; the slowest cells come
+   after the table of 1.
 
 Exit status 1 when a goal is missed.
 """
@@ -109,11 +113,13 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model(torch.ones(1, 2)).sum().backward()
 optimizer.step()
 optimizer.zero_grad()"""
-"""One optimizer step: torch imports ``torch._dynamo`` (and with it sympy and Inductor's
-modules) on the first ``step()`` or ``zero_grad()`` of any optimizer, so every chapter
-that trains pays for it. The bench prints what that costs, as a ratio to the bare
-notebook, beside the goals: the part of a chapter's ratio that is torch's, not the
-book's."""
+"""One optimizer step: building an optimizer and taking its step imports
+``torch._dynamo`` (and with it sympy and Inductor's modules; torch 2.15 imports it in the
+optimizer's constructor), so every chapter that trains pays for it. So do, in torch
+2.15, ``torch.profiler``'s ``profile``, ``torch.use_deterministic_algorithms`` and
+``torch.nn.attention.bias``. The bench prints what one step costs, as a ratio to the bare
+notebook, and which chapters imported ``torch._dynamo``, beside the goals: the part of a
+chapter's ratio that is torch's, not the book's."""
 
 
 def step_notebook() -> nbformat.NotebookNode:
@@ -123,17 +129,35 @@ def step_notebook() -> nbformat.NotebookNode:
     return nb
 
 
-def run_all(path: Path, cells: list[tuple[float, str]] | None = None) -> float:
-    """Seconds to run the notebook at ``path`` top to bottom in a fresh kernel."""
+DYNAMO_PROBE = 'import sys\nprint("torch._dynamo" in sys.modules, end="")'
+"""The cell :func:`run_all` adds after a chapter's last when asked whether the chapter
+imported ``torch._dynamo`` (a few milliseconds of the time it measures)."""
+
+
+def run_all(
+    path: Path, cells: list[tuple[float, str]] | None = None, dynamo: list[bool] | None = None
+) -> float:
+    """Seconds to run the notebook at ``path`` top to bottom in a fresh kernel.
+
+    ``cells`` receives ``(seconds, "chapter [index] first line")`` for each cell that ran;
+    ``dynamo`` receives whether ``torch._dynamo`` was imported by the end
+    (:data:`DYNAMO_PROBE`, run as one more cell).
+    """
     nb = nbformat.read(path, as_version=4)
+    if dynamo is not None:
+        nb.cells.append(nbformat.v4.new_code_cell(DYNAMO_PROBE))
     seconds: dict[int, float] = {}
     start = time.perf_counter()
     run_cells(nb, path.parent, seconds=seconds)
     took = time.perf_counter() - start
+    if dynamo is not None:
+        probe = nb.cells.pop()
+        dynamo.append("".join(o.get("text", "") for o in probe.outputs) == "True")
     if cells is not None:
         for index, cell_seconds in seconds.items():
-            first = nb.cells[index].source.strip().splitlines()[0][:48]
-            cells.append((cell_seconds, f"{path.stem} [{index}] {first}"))
+            if index < len(nb.cells):
+                first = nb.cells[index].source.strip().splitlines()[0][:48]
+                cells.append((cell_seconds, f"{path.stem} [{index}] {first}"))
     return took
 
 
@@ -193,27 +217,40 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"0. torch's share: a bare notebook that takes one optimizer step runs "
         f"{stepping / floor:.2f}x the bare notebook ({stepping:.1f} s against {floor:.1f} s; "
-        "the first step imports torch._dynamo)\n"
+        "the optimizer imports torch._dynamo)\n"
     )
 
     print("1. A reader's Run All, each chapter beside a bare notebook run just before it")
-    print(f"{'chapter':<16} {'chapter s':>9} {'bare s':>7} {'ratio':>6} {'peak GiB':>9}")
+    print(
+        f"{'chapter':<16} {'chapter s':>9} {'bare s':>7} {'ratio':>6} {'peak GiB':>9}"
+        "  torch._dynamo"
+    )
     cells: list[tuple[float, str]] = []
-    ratios, peaks = [], []
+    ratios: list[float] = []
+    peaks: list[float] = []
+    dynamo: list[bool] = []
     for path in paths:
         floor = run_all(bare)
         with PeakPss() as memory:
-            took = run_all(path, cells)
+            took = run_all(path, cells, dynamo)
         ratios.append(took / floor)
         peaks.append(memory.peak / 2**30)
         print(
-            f"{path.stem:<16} {took:9.1f} {floor:7.1f} {took / floor:6.2f} {peaks[-1]:9.2f}",
+            f"{path.stem:<16} {took:9.1f} {floor:7.1f} {took / floor:6.2f} {peaks[-1]:9.2f}"
+            f"  {'imported' if dynamo[-1] else '-'}",
             flush=True,
         )
     median, worst = statistics.median(ratios), max(ratios)
     print(
         f"median ratio {median:.2f} (goal <= {GOAL_MEDIAN}); largest {worst:.2f} (goal <= {GOAL_EACH})"
     )
+    for imported, which in ((True, "imported"), (False, "did not import")):
+        group = [r for r, d in zip(ratios, dynamo, strict=True) if d == imported]
+        if group:
+            print(
+                f"  {len(group)} chapters {which} torch._dynamo: median ratio "
+                f"{statistics.median(group):.2f}"
+            )
     print(
         f"largest peak PSS {max(peaks):.2f} GiB, {paths[peaks.index(max(peaks))].stem} "
         f"(goal <= {GOAL_MEMORY_GIB}; sampled every {SAMPLE_SECONDS} s; {torch_build()})"
@@ -237,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         command = ["jupyter-book", "build", ".", "--all", "--path-output", str(html)]
         subprocess.run(command, cwd=memobook.ROOT, check=True, stdout=subprocess.DEVNULL)
-        print(f"\n4. site build (jupyter-book, all pages): {time.perf_counter() - start:.1f} s")
+        print(f"\n3. site build (jupyter-book, all pages): {time.perf_counter() - start:.1f} s")
     shutil.rmtree(WORK, ignore_errors=True)
 
     missed = [

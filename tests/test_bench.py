@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import nbformat
+
+from memobook import bench
 
 # Measured in a fresh process: a test worker's own leftover children (kernels, servers
 # of earlier tests) would count too.
@@ -54,3 +59,18 @@ def test_one_optimizer_step_imports_dynamo_as_the_bench_says() -> None:
     # torch._dynamo at an optimizer's first step.
     done = subprocess.run([sys.executable, "-c", STEP], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_run_all_says_whether_the_notebook_imported_dynamo(tmp_path: Path) -> None:
+    """The bench's torch._dynamo column: a notebook that builds an optimizer imports it,
+    the bare notebook does not; the probe cell it adds is gone from the cell times."""
+    bare, step = tmp_path / "bare.ipynb", tmp_path / "step.ipynb"
+    nbformat.write(bench.bare_notebook(), bare)
+    nbformat.write(bench.step_notebook(), step)
+    seen: list[bool] = []
+    cells: list[tuple[float, str]] = []
+    for path in (bare, step):
+        assert bench.run_all(path, cells, seen) > 0
+    assert seen == [False, True]
+    shown = sorted(where.split("]")[0] + "]" for _, where in cells)
+    assert shown == ["bare [0]", "bare [1]", "step [0]", "step [1]", "step [2]"]
