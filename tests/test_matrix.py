@@ -340,6 +340,25 @@ def test_the_workflow_runs_one_job_per_release_and_python() -> None:
     assert "workflow_dispatch" in workflow[True]
 
 
+def _nbval_one_cell(
+    notebook: Path, source: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Write a one-cell notebook holding ``source`` and run it under lax nbval with the
+    book's plugin, in a fresh process."""
+    notebook.write_text(json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "a1",
+                   "metadata": {}, "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }))  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               *memobook.NBVAL_ARGS, "--nbval-lax", str(notebook)]  # fmt: skip
+    return subprocess.run(
+        command, cwd=memobook.ROOT, env=env, capture_output=True, text=True, check=False
+    )
+
+
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="named semaphores live in /dev/shm")
 def test_a_notebooks_kernel_is_shut_down_so_its_semaphores_are_unlinked(tmp_path: Path) -> None:
     """A ``spawn`` queue still alive when the notebook ends holds named semaphores. Killed
@@ -352,17 +371,7 @@ def test_a_notebooks_kernel_is_shut_down_so_its_semaphores_are_unlinked(tmp_path
         "locks = [queue._rlock, queue._wlock, queue._sem]\n"
         f"open({str(names)!r}, 'w').write(' '.join(l._semlock.name for l in locks))\n"
     )
-    notebook = tmp_path / "alive.ipynb"
-    notebook.write_text(json.dumps({
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "a1",
-                   "metadata": {}, "outputs": [], "source": source}],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                    "language": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }))  # fmt: skip
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               *memobook.NBVAL_ARGS, "--nbval-lax", str(notebook)]  # fmt: skip
-    ran = subprocess.run(command, cwd=memobook.ROOT, capture_output=True, text=True, check=False)
+    ran = _nbval_one_cell(tmp_path / "alive.ipynb", source)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     left = [n for n in names.read_text().split() if Path(f"/dev/shm/sem.{n[1:]}").exists()]
     assert len(names.read_text().split()) == 3
@@ -383,21 +392,9 @@ def test_the_notebook_runs_leave_no_kernel_temporary_folder(tmp_path: Path) -> N
         "assert util.get_temp_dir().startswith(tempfile.gettempdir() + '/')\n"
         f"assert tempfile.gettempdir().startswith({str(outer)!r} + '/memo-kernels-')\n"
     )
-    notebook = tmp_path / "forkserver.ipynb"
-    notebook.write_text(json.dumps({
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "a1",
-                   "metadata": {}, "outputs": [], "source": source}],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                    "language": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }))  # fmt: skip
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               *memobook.NBVAL_ARGS, "--nbval-lax", str(notebook)]  # fmt: skip
     env = {**os.environ, "TMPDIR": str(outer)}
     try:
-        ran = subprocess.run(
-            command, cwd=memobook.ROOT, env=env, capture_output=True, text=True, check=False
-        )
+        ran = _nbval_one_cell(tmp_path / "forkserver.ipynb", source, env)
         assert ran.returncode == 0, ran.stdout + ran.stderr
         assert sorted(outer.iterdir()) == []
     finally:
