@@ -137,15 +137,28 @@ def inductor_default_cache_dir() -> str:
 
 
 def kernel_environment(tmpdir: str) -> dict[str, str]:
-    """What a kernel the book's tools start gets in its environment beyond this process's:
-    ``TMPDIR``, a private folder its runner removes after it (Jupyter terminates a
-    kernel that started a forkserver or a resource tracker before Python's exit removes
-    its ``pymp-*`` folder), and, unless set, ``TORCHINDUCTOR_CACHE_DIR`` where Inductor
-    would cache without that ``TMPDIR``, so that what a run compiles stays cached for the
-    next, as in a reader's Jupyter. Call it before this process's ``TMPDIR`` changes."""
+    """What a kernel the book's tools start gets in its environment beyond this process's,
+    and the one thing it plants in ``tmpdir`` (an empty folder of the caller's).
+
+    ``TMPDIR`` is ``tmpdir``, a private folder its runner removes after it (Jupyter
+    terminates a kernel that started a forkserver or a resource tracker before Python's
+    exit removes its ``pymp-*`` folder). What Inductor compiles must outlive it, as in a
+    reader's Jupyter, or a chapter that compiles would compile from scratch every run:
+    ``TORCHINDUCTOR_CACHE_DIR`` (unless set) is where Inductor would cache without that
+    ``TMPDIR``, and ``tmpdir/torchinductor_<user>`` is a link to that same folder, made
+    if missing, since Inductor's precompiled headers (torch 2.15's ``_HEADER_DIR``) go
+    under its default folder whatever ``TORCHINDUCTOR_CACHE_DIR`` says: without the link
+    each run rebuilt them, some 5 s. Removing ``tmpdir`` removes the link, not what it
+    points to. Call it before this process's ``TMPDIR`` changes."""
     env = {"TMPDIR": tmpdir}
+    shared = inductor_default_cache_dir()
     if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        env["TORCHINDUCTOR_CACHE_DIR"] = inductor_default_cache_dir()
+        env["TORCHINDUCTOR_CACHE_DIR"] = shared
+    try:
+        os.makedirs(shared, exist_ok=True)  # as Inductor makes it on its first compile
+        os.symlink(shared, os.path.join(tmpdir, os.path.basename(shared)))
+    except OSError:
+        pass  # not ours to make: Inductor in the kernel keeps its default, in tmpdir
     return env
 
 

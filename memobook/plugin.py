@@ -12,7 +12,8 @@
   does not end within Jupyter's grace period (ipykernel waits for those children, and
   the tracker ignores SIGTERM), so it is terminated before Python's exit removes its
   ``pymp-*`` folder, which would otherwise stay in the machine's temporary folder.
-  Inductor's cache stays where it was (:func:`memobook.kernel_environment`).
+  Inductor's cache and precompiled headers stay where they were
+  (:func:`memobook.kernel_environment`).
 """
 
 from __future__ import annotations

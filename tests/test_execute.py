@@ -273,6 +273,21 @@ print(util.get_temp_dir().startswith(tempfile.gettempdir() + "/"))
 devices chapters do, and says whether multiprocessing's folder is in the kernel's
 temporary folder."""
 
+INDUCTOR = """
+import os
+import tempfile
+from pathlib import Path
+from torch._inductor import codecache
+print(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+print(os.path.realpath(codecache._HEADER_DIR))
+print(tempfile.gettempdir())
+Path(codecache._HEADER_DIR).mkdir(parents=True, exist_ok=True)
+Path(codecache._HEADER_DIR, "kept").write_text("kept")
+"""
+"""A cell that says where Inductor caches and puts its precompiled headers (torch's
+``_HEADER_DIR``, under its default folder in ``TMPDIR`` whatever
+``TORCHINDUCTOR_CACHE_DIR`` says) and writes a file among those headers."""
+
 
 def test_a_kernels_temporary_folder_goes_with_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -280,7 +295,9 @@ def test_a_kernels_temporary_folder_goes_with_it(
     """A kernel that started a forkserver does not end within Jupyter's grace period
     (ipykernel waits for its children; the resource tracker ignores SIGTERM), so it is
     terminated and Python's exit never removes its ``pymp-*`` folder. ``run_cells`` gives
-    the kernel a ``TMPDIR`` of its own and removes it: nothing stays in the machine's.
+    the kernel a ``TMPDIR`` of its own and removes it: nothing stays in the machine's
+    but Inductor's folder, which the kernel reaches through a link, so that what it
+    compiles (precompiled headers included) is kept for the next run.
 
     The machine's temporary folder here is a short one (not under ``tmp_path``): the
     forkserver's socket lives in it, and a socket's path may not pass 107 bytes."""
@@ -291,15 +308,24 @@ def test_a_kernels_temporary_folder_goes_with_it(
         nb = nbformat.v4.new_notebook()
         nb.metadata["kernelspec"] = dict(memobook.KERNELSPEC)
         monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-        inductor = 'import os\nprint(os.environ["TORCHINDUCTOR_CACHE_DIR"], end="")'
-        nb.cells = [nbformat.v4.new_code_cell(FORKSERVER), nbformat.v4.new_code_cell(inductor)]
+        nb.cells = [nbformat.v4.new_code_cell(FORKSERVER), nbformat.v4.new_code_cell(INDUCTOR)]
         run_cells(nb, tmp_path, timeout=120)
         assert nb.cells[0].outputs[0]["text"] == "True\n"
-        assert sorted(outer.iterdir()) == []
-        # Inductor's cache is where it would be without the kernel's own TMPDIR
-        cache = nb.cells[1].outputs[0]["text"]
-        assert cache == memobook.inductor_default_cache_dir()
-        assert Path(cache).parent == outer
+        # Inductor's folders are where they would be without the kernel's own TMPDIR:
+        # its cache, and its precompiled headers (which ignore TORCHINDUCTOR_CACHE_DIR),
+        # reached through the link in the kernel's TMPDIR; what it wrote there stays.
+        shared = Path(memobook.inductor_default_cache_dir())
+        assert shared.parent == outer
+        cache, headers, tmpdir = nb.cells[1].outputs[0]["text"].splitlines()
+        assert Path(cache) == shared
+        assert Path(headers) == shared / "precompiled_headers"
+        assert Path(tmpdir).parent == outer
+        assert Path(tmpdir) != shared
+        assert (shared / "precompiled_headers" / "kept").read_text() == "kept"
+        # the kernel's own folder is gone, and the link with it; only Inductor's folder,
+        # which Inductor itself makes on its first compile, is left in the machine's
+        assert sorted(outer.iterdir()) == [shared]
+        assert not shared.is_symlink()
     finally:
         shutil.rmtree(outer, ignore_errors=True)
 
