@@ -381,7 +381,8 @@ def test_a_notebooks_kernel_is_shut_down_so_its_semaphores_are_unlinked(tmp_path
 def test_the_notebook_runs_leave_no_kernel_temporary_folder(tmp_path: Path) -> None:
     """A kernel that started a forkserver is terminated at the end of Jupyter's grace
     period, before Python's exit removes its ``pymp-*`` folder: the plugin gives the
-    kernels a ``TMPDIR`` of their own and removes it when the run ends. (The machine's
+    kernels a ``TMPDIR`` of their own and removes it when the run ends; only Inductor's
+    folder stays, as it would without that ``TMPDIR``. (The machine's
     temporary folder here is a short one: the forkserver's socket lives in it, and a
     socket's path may not pass 107 bytes.)"""
     outer = Path(tempfile.mkdtemp(prefix="memo-t-"))
@@ -396,6 +397,11 @@ def test_the_notebook_runs_leave_no_kernel_temporary_folder(tmp_path: Path) -> N
     try:
         ran = _nbval_one_cell(tmp_path / "forkserver.ipynb", source, env)
         assert ran.returncode == 0, ran.stdout + ran.stderr
-        assert sorted(outer.iterdir()) == []
+        # only Inductor's folder is left, which the kernels reach through a link
+        # (memobook.kernel_environment), a folder of its own, not the link
+        inductor = outer / Path(memobook.inductor_default_cache_dir()).name
+        assert sorted(outer.iterdir()) == [inductor]
+        assert inductor.is_dir()
+        assert not inductor.is_symlink()
     finally:
         shutil.rmtree(outer, ignore_errors=True)
