@@ -146,7 +146,7 @@ def kernel_environment(tmpdir: str) -> dict[str, str]:
     reader's Jupyter, or a chapter that compiles would compile from scratch every run:
     ``TORCHINDUCTOR_CACHE_DIR`` (unless set) is where Inductor would cache without that
     ``TMPDIR``, and ``tmpdir/torchinductor_<user>`` is a link to that same folder, made
-    if missing, since Inductor's precompiled headers (torch 2.15's ``_HEADER_DIR``) go
+    if missing, since Inductor's precompiled headers (torch's ``_HEADER_DIR``, 2.8 to 2.15) go
     under its default folder whatever ``TORCHINDUCTOR_CACHE_DIR`` says: without the link
     each run rebuilt them, some 5 s. Removing ``tmpdir`` removes the link, not what it
     points to. Call it before this process's ``TMPDIR`` changes."""
