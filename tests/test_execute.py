@@ -330,16 +330,25 @@ def test_a_kernels_temporary_folder_goes_with_it(
         shutil.rmtree(outer, ignore_errors=True)
 
 
-def test_a_kernel_caches_what_inductor_compiles_where_it_would_without_its_tmpdir() -> None:
+def test_a_kernel_caches_what_inductor_compiles_where_it_would_without_its_tmpdir(
+    tmp_path: Path,
+) -> None:
     """The kernel's own TMPDIR goes after each run; Inductor's cache must not go with it
     (a chapter that compiles would compile from scratch every run): the kernels get
-    TORCHINDUCTOR_CACHE_DIR set to torch's own default, computed before the change."""
+    TORCHINDUCTOR_CACHE_DIR set to torch's own default, computed before the change, and
+    in their TMPDIR a link of torch's default folder's name to that folder."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     assert memobook.inductor_default_cache_dir() == default_cache_dir()
-    given = memobook.kernel_environment("/tmp/memo-kernel-x")
-    assert given["TMPDIR"] == "/tmp/memo-kernel-x"
+    kernels = tmp_path / "kernel"
+    kernels.mkdir()
+    given = memobook.kernel_environment(str(kernels))
+    assert given["TMPDIR"] == str(kernels)
     if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
         assert given["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
     else:
         assert "TORCHINDUCTOR_CACHE_DIR" not in given  # the caller's choice stays
+    (link,) = kernels.iterdir()
+    assert link.name == Path(default_cache_dir()).name
+    assert link.is_symlink()
+    assert link.resolve() == Path(default_cache_dir()).resolve()
