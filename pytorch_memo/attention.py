@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import torch
@@ -19,9 +20,11 @@ from pytorch_memo._checks import (
 __all__ = ["KVCache", "attention"]
 
 SCORE_LIMIT = 2**27
-"""The most elements :func:`attention` materializes: per batch and head, the L x S scores,
-the S x (E + Ev) keys and values (with ``enable_gqa``, repeated for every query head) and
-the L x Ev result."""
+"""The most elements :func:`attention` may count before it computes: per batch and head,
+the L x S scores, the S x (E + Ev) keys and values (with ``enable_gqa``, repeated for every
+query head) and the L x Ev result. Its peak holds the scores twice (the scores, written
+in place while scaled and masked, and their softmax), so it is about twice the scores'
+share of that count."""
 
 
 def _floating(name: str, value: Any) -> torch.Tensor:
@@ -103,9 +106,10 @@ def attention(
         TypeError: an argument has the wrong type, or a tensor is not floating point
             (the mask: neither bool nor query's dtype).
         ValueError: the shapes, dtypes or devices do not fit together, both
-            ``attn_mask`` and ``is_causal`` are given, or the scores, the
-            (repeated) keys and values and the result would exceed ``SCORE_LIMIT`` elements; nothing
-            is allocated before these checks.
+            ``attn_mask`` and ``is_causal`` are given, ``attn_mask`` is a
+            ``CausalBias`` (``causal_lower_right``: pass the dense mask), query has no
+            features, or the scores, the (repeated) keys and values and the result would
+            exceed ``SCORE_LIMIT`` elements; nothing is allocated before these checks.
 
     Example:
         >>> import torch.nn.functional as F
@@ -120,8 +124,11 @@ def attention(
     check_type("is_causal", is_causal, bool, "a bool")
     check_type("enable_gqa", enable_gqa, bool, "a bool")
     if is_causal and attn_mask is not None:
+        msg = "attn_mask must be None with is_causal=True (SDPA refuses both in torch 2.14 and 2.15, its math backend in 2.8 to 2.15)"
+        raise ValueError(msg)
+    if query.size(-1) == 0:
         msg = (
-            "attn_mask must be None with is_causal=True (SDPA in torch 2.14 and 2.15 refuses both)"
+            f"query must have at least one feature (last dimension), got shape {tuple(query.shape)}"
         )
         raise ValueError(msg)
     factor = 1 / math.sqrt(query.size(-1)) if scale is None else check_number("scale", scale)
@@ -133,7 +140,6 @@ def attention(
         )
         raise ValueError(msg)
     repeats = _group_size(query, key, value) if enable_gqa else 1
-    length, source = query.size(-2), key.size(-2)
     key_batch, value_batch = list(key.shape[:-2]), list(value.shape[:-2])
     if enable_gqa:  # the shapes after repeating each key and value head
         key_batch[-1] *= repeats
@@ -146,6 +152,12 @@ def attention(
             f"{tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}"
         )
         raise ValueError(msg) from None
+    length, source = query.size(-2), key.size(-2)
+    if is_causal or attn_mask is None:
+        mask = None
+    else:  # checked against the scores' shape, before they exist
+        scored = torch.broadcast_shapes(query.shape[:-2], tuple(key_batch))  # type: ignore[no-untyped-call]
+        mask = _mask(attn_mask, query, (*scored, length, source))
     check_count(
         "the scores, keys, values and result (L x S + S x (E + Ev) + L x Ev, per batch and head)",
         math.prod(batch)
@@ -157,30 +169,43 @@ def attention(
     if enable_gqa:
         key = key.repeat_interleave(repeats, -3)
         value = value.repeat_interleave(repeats, -3)
-    scores = query @ key.transpose(-2, -1) * factor
+    scores = (query @ key.transpose(-2, -1)).mul_(factor)  # in place: one L x S tensor
     if is_causal:
         keep = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~keep, -math.inf)
-    elif attn_mask is not None:
-        mask = check_tensor("attn_mask", attn_mask)
-        if mask.dtype not in (torch.bool, query.dtype):
-            msg = f"attn_mask must be bool or query's dtype {query.dtype}, got {mask.dtype}"
-            raise TypeError(msg)
-        if mask.device != query.device:
-            msg = f"attn_mask must be on query's device {query.device}, got {mask.device}"
-            raise ValueError(msg)
-        try:
-            fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape  # type: ignore[no-untyped-call]
-        except RuntimeError:
-            fits = False
-        if not fits:
-            msg = (
-                f"attn_mask must broadcast to the scores' shape {tuple(scores.shape)}, "
-                f"got {tuple(mask.shape)}"
-            )
-            raise ValueError(msg)
-        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+        scores.masked_fill_(~keep, -math.inf)
+    elif mask is not None:
+        scores = (
+            scores.masked_fill_(~mask, -math.inf) if mask.dtype == torch.bool else scores.add_(mask)
+        )
     return scores.softmax(dim=-1) @ value
+
+
+def _mask(attn_mask: Any, query: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``attn_mask``, checked: bool or query's dtype, on query's device, broadcastable to
+    the scores' ``shape``."""
+    bias = sys.modules.get("torch.nn.attention.bias")  # a CausalBias needs it imported
+    if bias is not None and isinstance(attn_mask, bias.CausalBias):
+        msg = (
+            "attn_mask must be a dense bool or floating mask, got a CausalBias "
+            "(causal_lower_right or causal_upper_left), which only SDPA reads: for "
+            "causal_lower_right(L, S) pass torch.ones(L, S, dtype=torch.bool).tril(S - L)"
+        )
+        raise TypeError(msg)
+    mask = check_tensor("attn_mask", attn_mask)
+    if mask.dtype not in (torch.bool, query.dtype):
+        msg = f"attn_mask must be bool or query's dtype {query.dtype}, got {mask.dtype}"
+        raise TypeError(msg)
+    if mask.device != query.device:
+        msg = f"attn_mask must be on query's device {query.device}, got {mask.device}"
+        raise ValueError(msg)
+    try:
+        fits = torch.broadcast_shapes(mask.shape, shape) == shape  # type: ignore[no-untyped-call]
+    except RuntimeError:
+        fits = False
+    if not fits:
+        msg = f"attn_mask must broadcast to the scores' shape {shape}, got {tuple(mask.shape)}"
+        raise ValueError(msg)
+    return mask
 
 
 class KVCache:

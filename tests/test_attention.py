@@ -220,3 +220,82 @@ def test_a_wide_result_counts_before_it_is_allocated() -> None:
     q, k = torch.empty(1, 2**20, 1, device="meta"), torch.empty(1, 1, 1, device="meta")
     with pytest.raises(ValueError, match=r"has 4296019969 elements; at most 134217728"):
         attention(q, k, torch.empty(1, 1, 4096, device="meta"))
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float", "causal"])
+def test_gradients_are_sdpas(mask_kind: str) -> None:
+    """The scores are scaled and masked in place; autograd still gives SDPA's gradients
+    (the float mask's too)."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = torch.randn(3, 2, 2, 4, 3, generator=g, dtype=torch.float64).unbind(0)
+    options: dict[str, Any] = {}
+    if mask_kind == "bool":
+        keep = torch.rand(4, 4, generator=g) > 0.4
+        keep[:, 0] = True
+        options["attn_mask"] = keep
+    elif mask_kind == "float":
+        options["attn_mask"] = torch.randn(4, 4, generator=g, dtype=torch.float64)
+    elif mask_kind == "causal":
+        options["is_causal"] = True
+    grads = []
+    for fn in (attention, F.scaled_dot_product_attention):
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        mask = options.get("attn_mask")
+        given = dict(options)
+        if mask is not None and mask.is_floating_point():
+            given["attn_mask"] = mask.clone().requires_grad_()
+            inputs.append(given["attn_mask"])
+        out = fn(*inputs[:3], **given)
+        out.pow(2).sum().backward()
+        grads.append([t.grad for t in inputs])
+    for ours, theirs in zip(*grads, strict=True):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_a_causal_bias_is_refused_by_name() -> None:
+    """``causal_lower_right(L, S)`` is a tensor subclass whose own storage holds nothing
+    meaningful: only SDPA reads it. Added to the scores it would give a wrong result."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    q = torch.zeros(1, 2, 3, 2)
+    with pytest.raises(TypeError, match=r"attn_mask must be a dense .* got a CausalBias"):
+        attention(q, q, q, attn_mask=causal_lower_right(3, 3))
+    dense = torch.ones(3, 5, dtype=torch.bool).tril(5 - 3)  # the message's recipe
+    k = torch.randn(1, 2, 5, 2)
+    torch.testing.assert_close(
+        attention(q, k, k, attn_mask=dense),
+        F.scaled_dot_product_attention(q, k, k, attn_mask=causal_lower_right(3, 5)),
+    )
+
+
+def test_a_query_without_features_is_refused_by_name() -> None:
+    q = torch.zeros(1, 2, 3, 0)
+    with pytest.raises(ValueError, match=r"query must have at least one feature .*\(1, 2, 3, 0\)"):
+        attention(q, q, q)
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [torch.ones(512, 7, dtype=torch.bool), [[True]], torch.ones(512, 512, dtype=torch.int8)],
+)
+def test_a_bad_mask_is_refused_before_the_scores_exist(mask: Any) -> None:
+    from pytorch_memo.profiling import peak_memory
+
+    q = torch.zeros(1, 4, 512, 1)  # 4 x 512 x 512 float32 scores: 4 MiB
+
+    def call() -> None:
+        with pytest.raises((TypeError, ValueError), match="attn_mask"):
+            attention(q, q, q, attn_mask=mask)
+
+    assert peak_memory(call).peak < 2**20
+
+
+def test_the_peak_holds_the_scores_twice() -> None:
+    """SCORE_LIMIT's docstring: the scores (scaled and masked in place) and their softmax."""
+    from pytorch_memo.profiling import peak_memory
+
+    q = torch.zeros(1, 4, 512, 1)
+    scores = 4 * 512 * 512 * 4
+    for options in ({}, {"attn_mask": torch.ones(512, 512)}):
+        peak = peak_memory(lambda o=options: attention(q, q, q, **o)).peak  # type: ignore[misc]
+        assert 2 * scores <= peak < 2.1 * scores, (options, peak)
