@@ -23,6 +23,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from pytorch_memo._checks import INT64_MAX, check_ints, check_type
@@ -265,7 +266,22 @@ class _CpuDtypes(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in _ONE_DTYPE or name in _NORMS:
             _check_dtypes(name, _tensor_arguments(args, kwargs))
+        elif func is F.embedding:  # indices first; torch.embedding takes the weight first
+            _check_indices(args[0] if args else kwargs.get("input"))
+        elif func is torch.embedding:
+            _check_indices(args[1] if len(args) > 1 else kwargs.get("indices"))
         return func(*args, **kwargs)
+
+
+def _check_indices(indices: Any) -> None:
+    """Raise the CPU's refusal of an embedding's indices that are not integers: the meta
+    device of torch 2.8 to 2.12 lets them through (2.13 and later refuse them there too)."""
+    if isinstance(indices, torch.Tensor) and indices.dtype not in (torch.int64, torch.int32):
+        msg = (
+            "Expected tensor for argument #1 'indices' to have one of the following scalar "
+            f"types: Long, Int; but got {indices.dtype} instead"
+        )
+        raise RuntimeError(msg)
 
 
 def _check_dtypes(name: str, tensors: list[tuple[str, torch.Tensor]]) -> None:
@@ -318,7 +334,8 @@ def layer_shapes(
     the mixes of dtypes the CPU refuses in matrix products (``F.linear``, ``@``,
     ``torch.mm``, ``torch.matmul``, ``addmm``...), convolutions and normalisations
     (layer, group, batch and instance norm, which take float32 parameters for a float16
-    or bfloat16 input), under CPU autocast too. Other dtypes a CPU kernel lacks (the
+    or bfloat16 input), under CPU autocast too, and an embedding's indices, which must be
+    int64 or int32 (torch 2.8 to 2.12 let others through on ``meta``). Other dtypes a CPU kernel lacks (the
     softmax or GELU of an integer tensor) are not checked.
 
     Args:

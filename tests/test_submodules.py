@@ -642,3 +642,38 @@ def test_a_dtype_refused_for_inputs_made_from_shapes_names_the_dtype_argument() 
     with pytest.raises(LayerShapeError) as shapes:  # not about the dtype: no hint
         layer_shapes(nn.Linear(8, 2), (2, 3))
     assert "dtype=" not in str(shapes.value)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.int64, torch.int32, torch.int16, torch.uint8, torch.bool, torch.float16, torch.float64],
+)
+def test_an_embeddings_indices_are_refused_as_the_cpu_refuses_them(dtype: torch.dtype) -> None:
+    """torch 2.8 to 2.12 let an embedding's non-integer indices through on ``meta``;
+    ``layer_shapes`` refuses exactly the dtypes the CPU refuses, with the CPU's words,
+    through ``nn.Embedding`` and through ``torch.embedding`` called directly."""
+
+    class Direct(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(10, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.embedding(self.weight, x)
+
+    indices = torch.zeros(2, 3, dtype=dtype)
+    for model in (nn.Embedding(10, 4), Direct()):
+        try:
+            model(indices)
+            refused = None
+        except RuntimeError as error:
+            refused = str(error).splitlines()[0]
+        if refused is None:
+            assert layer_shapes(model, indices)[""].outputs == ((2, 3, 4),)
+        else:
+            with pytest.raises(LayerShapeError) as caught:
+                layer_shapes(model, indices)
+            # the CPU's words, up to the type it names (the CPU says torch.ShortTensor,
+            # the meta device of 2.13 and later torch.int16, as layer_shapes does)
+            assert refused.split(" but got ")[0] in str(caught.value)
+            assert str(caught.value).endswith(f"but got {dtype} instead")
