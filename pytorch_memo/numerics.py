@@ -180,6 +180,8 @@ def _count(tensor: torch.Tensor) -> _Count | None:
     shape, values = tuple(tensor.shape), tensor.detach()
     if values.numel() == 0:
         return _Count(shape, tensor.dtype, 0, 0, None)
+    if values.is_floating_point() and values.element_size() == 1:
+        values = values.float()  # float8: the CPU has no abs or amax for it; exact in float32
     finite = torch.isfinite(values)
     magnitude = values.abs()
     if bool(finite.all()):

@@ -400,3 +400,25 @@ def test_a_row_shows_dashes_for_what_it_does_not_have() -> None:
     assert ActivationRow("a", "Int", (), None, 0, 0).cells() == ("a", "Int", "-", "-", "0", "0")
     table = ActivationTable((ActivationRow("a", "T", ((2,),), 1234.5678, 1, 2),))
     assert str(table).splitlines()[1].split() == ["a", "T", "(2,)", "1235", "1", "2"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_float8_outputs_are_counted(dtype: torch.dtype) -> None:
+    """The CPU has no ``abs`` or ``amax`` for float8: its values are read in float32."""
+
+    class ToFloat8(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = 1.0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x * self.scale).to(dtype)
+
+    cast = ToFloat8()
+    model = nn.Sequential(nn.Identity(), cast)
+    with stop_at_nonfinite(model) as watch:
+        model(torch.tensor([1.0, -3.0, 0.5]))
+    assert watch.table["1"].largest == 3.0  # the float8 output, read in float32
+    cast.scale = math.nan  # the layer's own values are NaN now (both formats have NaN)
+    with pytest.raises(NonFiniteError, match=r"layer '1' \(ToFloat8\)"), stop_at_nonfinite(model):
+        model(torch.tensor([1.0, -3.0]))
