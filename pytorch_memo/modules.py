@@ -166,7 +166,8 @@ def inventory(module: nn.Module, *, attributes: bool = True) -> ModuleTable:
     Raises:
         TypeError: ``module`` is not an ``nn.Module`` or ``attributes`` is not a bool.
         ValueError: ``module`` holds parameters or buffers not materialised yet (a lazy
-            module such as ``nn.LazyLinear`` before its first forward call).
+            module such as ``nn.LazyLinear`` before its first forward call), or a nested
+            tensor (it has no single shape).
 
     Example:
         >>> from torch import nn
@@ -183,6 +184,13 @@ def inventory(module: nn.Module, *, attributes: bool = True) -> ModuleTable:
     _check_materialised("module", module)
     saved = module.state_dict(keep_vars=True).keys()
     found = list(_tensors(module, attributes, saved))
+    for name, kind, _, tensor in found:
+        if tensor.is_nested:  # no one shape to list: torch refuses its .shape
+            msg = (
+                f"module's {kind} {name!r} is a nested tensor, which has no single shape: "
+                "inventory lists tensors with one shape (strided or sparse)"
+            )
+            raise ValueError(msg)
     rows = tuple(
         ModuleTensorInfo(
             name=name,

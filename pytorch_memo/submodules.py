@@ -354,7 +354,8 @@ def layer_shapes(
             ``dtype`` is not a ``torch.dtype``, or ``model.forward`` does not take as
             many inputs as were given.
         ValueError: a size is negative, or ``model`` holds parameters not materialised
-            yet (a lazy module before its first call).
+            yet (a lazy module before its first call), or a nested-tensor parameter or
+            buffer (torch makes no ``meta`` stand-in for one).
         LayerShapeError: a module raised, or would raise on the CPU for its dtypes; the
             error names the module that raised (the innermost one the error passed
             through) and the shapes it was called with, and holds the rows so far.
@@ -419,10 +420,17 @@ def layer_shapes(
     # Each tensor once, under all its names: tied weights stay tied.
     meta: dict[int, torch.Tensor] = {}
     state: dict[str, torch.Tensor] = {}
-    for name, tensor in (
-        *model.named_parameters(remove_duplicate=False),
-        *model.named_buffers(remove_duplicate=False),
-    ):
+    held = (
+        *(("parameter", n, t) for n, t in model.named_parameters(remove_duplicate=False)),
+        *(("buffer", n, t) for n, t in model.named_buffers(remove_duplicate=False)),
+    )
+    for kind, name, tensor in held:
+        if tensor.is_nested:  # torch cannot make a meta tensor like it
+            msg = (
+                f"model's {kind} {name!r} is a nested tensor: layer_shapes runs the model on "
+                "meta stand-ins, and torch makes none for a nested tensor"
+            )
+            raise ValueError(msg)
         if id(tensor) not in meta:
             meta[id(tensor)] = torch.empty_like(tensor, device="meta")
         state[name] = meta[id(tensor)]

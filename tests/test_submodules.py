@@ -677,3 +677,20 @@ def test_an_embeddings_indices_are_refused_as_the_cpu_refuses_them(dtype: torch.
             # the meta device of 2.13 and later torch.int16, as layer_shapes does)
             assert refused.split(" but got ")[0] in str(caught.value)
             assert str(caught.value).endswith(f"but got {dtype} instead")
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype")
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+def test_a_nested_buffer_is_refused_by_name(layout: torch.layout) -> None:
+    """torch makes no meta tensor like a nested one (an internal assert); layer_shapes
+    names the buffer instead, and inventory (no single shape to list) too."""
+    from pytorch_memo.modules import inventory
+
+    model = nn.Linear(4, 2)
+    ragged = torch.nested.nested_tensor([torch.zeros(2, 3), torch.zeros(4, 3)], layout=layout)
+    model.register_buffer("ragged", ragged)
+    assert model(torch.zeros(2, 4)).shape == (2, 2)  # the model itself runs
+    with pytest.raises(ValueError, match=r"model's buffer 'ragged' is a nested tensor"):
+        layer_shapes(model, (2, 4))
+    with pytest.raises(ValueError, match=r"module's buffer 'ragged' is a nested tensor"):
+        inventory(model)
