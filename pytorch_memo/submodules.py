@@ -507,6 +507,7 @@ class HiddenTable(NamedRows[HiddenItem], ResultTable):
 _CONTAINERS = (list, tuple, deque, dict, set, frozenset)
 SEARCHED = "lists, tuples, deques, dict values, sets and frozensets"
 """The containers :func:`unregistered` looks inside; any other object it does not open."""
+_SEARCHED_ITEMS = (nn.Module, nn.Parameter, *_CONTAINERS)  # what a container may hide
 
 
 def _bare_module_attributes() -> frozenset[str]:
@@ -515,16 +516,21 @@ def _bare_module_attributes() -> frozenset[str]:
 
 
 def _contents(path: str, value: Any) -> Iterator[tuple[str, Any]]:
-    """The items of a container with their paths: ``blocks[0]``, ``heads['a']``."""
+    """The items of a container that may hide something (modules, parameters, other
+    containers) with their paths: ``blocks[0]``, ``heads['a']``. Other items get no path
+    made: a vocabulary of a million strings costs a pass, not a million paths."""
     if isinstance(value, dict):
         for key, item in value.items():
-            yield f"{path}[{key!r}]", item
+            if isinstance(item, _SEARCHED_ITEMS):
+                yield f"{path}[{key!r}]", item
     elif isinstance(value, list | tuple | deque):
         for index, item in enumerate(value):
-            yield f"{path}[{index}]", item
+            if isinstance(item, _SEARCHED_ITEMS):
+                yield f"{path}[{index}]", item
     else:
         for index, item in enumerate(value):
-            yield f"{path}{{{index}}}", item
+            if isinstance(item, _SEARCHED_ITEMS):
+                yield f"{path}{{{index}}}", item
 
 
 def unregistered(model: nn.Module) -> HiddenTable:

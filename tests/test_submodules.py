@@ -694,3 +694,23 @@ def test_a_nested_buffer_is_refused_by_name(layout: torch.layout) -> None:
         layer_shapes(model, (2, 4))
     with pytest.raises(ValueError, match=r"module's buffer 'ragged' is a nested tensor"):
         inventory(model)
+
+
+def test_plain_items_of_a_container_get_no_path_made() -> None:
+    """A module's vocabulary of a million entries cost ``unregistered`` a path string per
+    entry (seconds, hundreds of MB) to find nothing: only what may hide a module or a
+    parameter (modules, parameters, containers) is looked at further."""
+    from pytorch_memo.submodules import _contents
+
+    layer, weight, inner = nn.Linear(1, 1), nn.Parameter(torch.zeros(1)), [1]
+    items = [1, "a", layer, 2.0, weight, inner, torch.zeros(1)]
+    assert list(_contents("held", items)) == [
+        ("held[2]", layer), ("held[4]", weight), ("held[5]", inner)
+    ]  # fmt: skip
+    assert list(_contents("vocab", {"a": 1, "b": layer})) == [("vocab['b']", layer)]
+    assert list(_contents("s", {1, 2})) == []
+    model = nn.Linear(2, 2)
+    model.vocab = {str(i): i for i in range(100_000)}  # type: ignore[assignment]
+    model.ids = list(range(100_000))  # type: ignore[assignment]
+    model.held = [nn.Linear(2, 2)]  # type: ignore[assignment]
+    assert [row.name for row in unregistered(model)] == ["held[0]"]
