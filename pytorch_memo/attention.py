@@ -173,10 +173,10 @@ def attention(
     if is_causal:
         keep = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()
         scores.masked_fill_(~keep, -math.inf)
+    elif mask is not None and mask.dtype == torch.bool:
+        scores.masked_fill_(~mask, -math.inf)
     elif mask is not None:
-        scores = (
-            scores.masked_fill_(~mask, -math.inf) if mask.dtype == torch.bool else scores.add_(mask)
-        )
+        scores.add_(mask)
     return scores.softmax(dim=-1) @ value
 
 
