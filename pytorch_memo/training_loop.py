@@ -69,12 +69,22 @@ gives none of their parameters weight decay.
 
 
 def _owners(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
-    """Each parameter's first name and the module that holds it directly."""
+    """Each parameter's first name and the module it belongs to: the module that holds it
+    directly, except for the parameters behind a parametrization
+    (``torch.nn.utils.parametrize``: ``weight_norm``, ``spectral_norm``, your own), which
+    a ``ParametrizationList`` holds: those belong to the parametrized module, under the
+    name they stand for (``0.weight`` for ``0.parametrizations.weight.original``)."""
+    from torch.nn.utils import parametrize
+
     owners: dict[int, tuple[str, nn.Module]] = {}
-    for prefix, module in model.named_modules():
+    for prefix, module in model.named_modules():  # a module comes before its children
+        path = f"{prefix}." if prefix else ""
+        if parametrize.is_parametrized(module):
+            for attribute, plist in module.parametrizations.items():
+                for p in plist.parameters(recurse=False):
+                    owners.setdefault(id(p), (path + attribute, module))
         for name, p in module.named_parameters(recurse=False):
-            if id(p) not in owners:
-                owners[id(p)] = (f"{prefix}.{name}" if prefix else name, module)
+            owners.setdefault(id(p), (path + name, module))
     return owners
 
 
@@ -94,8 +104,17 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     dimensions (a learned scale or offset). Every other parameter (the weight matrices
     of linear, convolution, embedding and recurrent layers) gets ``weight_decay``.
 
-    Frozen parameters (``requires_grad=False``) are left out: give them to the optimizer
-    when you unfreeze them (``optimizer.add_param_group``). A parameter shared by two
+    A parameter behind a parametrization (``weight_norm``, ``spectral_norm``,
+    ``torch.nn.utils.parametrize``) is classified as the parameter it stands for, by the
+    module it parametrizes: a parametrized ``LayerNorm`` weight gets no decay.
+
+    Frozen parameters (``requires_grad=False``) are left out. To unfreeze some later,
+    call this before freezing them (frozen parameters in an optimizer stay still, and
+    ``AdamW`` keeps no state for them), so the groups, and a scheduler built on them,
+    hold them from the start: a ``LambdaLR`` built before ``optimizer.add_param_group``
+    raises at its next ``step()`` on torch 2.10 and later (2.8 and 2.9 leave the new
+    group unscheduled), and the added group takes the optimizer's default weight decay,
+    norms and biases included. A parameter shared by two
     modules (tied weights) appears once, classified by the first module that holds it
     in ``model.named_modules()`` order. The groups keep ``model.parameters()`` order.
 

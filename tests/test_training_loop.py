@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
+from torch.nn.utils import parametrize
 
 from pytorch_memo.training_loop import (
     NORM_LAYERS,
@@ -99,6 +100,31 @@ def test_param_groups_split_as_documented() -> None:
     assert {"layer.weight", "attention.bias_k", "attention.bias_v", "scale"} <= no_decay_names
     assert not any(name.startswith("frozen") for name in no_decay_names)
     assert model.layer.weight.ndim == 2
+
+
+def test_parametrized_parameters_are_classified_as_what_they_stand_for() -> None:
+    class Doubled(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return 2 * x
+
+    norm, linear = nn.LayerNorm((2, 4)), nn.Linear(4, 3)
+    parametrize.register_parametrization(norm, "weight", Doubled())  # 2-D, a norm's
+    parametrize.register_parametrization(linear, "bias", Doubled())  # 1-D, a bias
+    weighted = nn.utils.parametrizations.weight_norm(nn.Linear(4, 3))
+    model = nn.Sequential(norm, linear, weighted)
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert [names[id(p)] for p in no_decay["params"]] == [
+        "0.bias",
+        "0.parametrizations.weight.original",  # the LayerNorm's weight: no decay
+        "1.parametrizations.bias.original",
+        "2.bias",
+    ]
+    assert [names[id(p)] for p in decay["params"]] == [
+        "1.weight",
+        "2.parametrizations.weight.original0",  # weight_norm's magnitude, (3, 1)
+        "2.parametrizations.weight.original1",
+    ]
 
 
 def test_param_groups_feed_adamw_as_two_groups_by_hand() -> None:
