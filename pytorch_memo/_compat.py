@@ -12,6 +12,9 @@ torch at hand and names, in its docstring, the torch versions it was checked on.
   build directory with ``FileBaton`` (torch < 2.14) or an OS lock (``FileLock``).
 - :func:`cuda_toolkit_home`: ``torch.utils.cpp_extension.CUDA_HOME``, where torch found
   the CUDA toolkit (``build_extension`` with ``cuda_sources``).
+- :func:`inductor_config`: ``torch._inductor.config``, whose ``deterministic`` option
+  ``torch.use_deterministic_algorithms`` sets from torch 2.10 on
+  (``deterministic_algorithms`` restores it).
 - :func:`ddp_lazy_imports`: the private modules ``DistributedDataParallel`` imports on
   construction (``torch._dynamo``), preloaded once in ``run_workers``' fork server.
 
@@ -22,6 +25,7 @@ the buffers whose names ``state_dict()`` holds (not ``_non_persistent_buffers_se
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -112,3 +116,16 @@ def ddp_lazy_imports() -> tuple[str, ...]:
     a module this torch does not have is left out.
     """
     return tuple(name for name in ("torch._dynamo",) if importlib.util.find_spec(name))
+
+
+def inductor_config() -> Any:
+    """``torch._inductor.config``, whose ``deterministic`` option
+    ``torch.use_deterministic_algorithms`` sets from torch 2.10 on (importing it anyway),
+    or None on older torch, which lacks the option (then nothing is imported). Typed
+    Any: a config module, whose options are set as attributes."""
+    release = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
+    if release is None or (int(release[1]), int(release[2])) < (2, 10):
+        return None
+    from torch._inductor import config  # only where torch imports it anyway
+
+    return config

@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 from pytorch_memo._checks import check_path
 from pytorch_memo._temporaries import create_temporary, remove_stale_temporaries
 
+_PERMISSIONS = 0o777  # read, write and execute for owner, group and others
 _REASONS = {
     errno.EFBIG: "a file size limit was reached (ulimit -f, or the file system's largest file)",
     errno.ENOSPC: "the device is full",
@@ -73,11 +74,15 @@ def _refuse_special(mode: int, shown: str, doing: str) -> None:
         raise shutil.SpecialFileError(msg)
 
 
-def check_target(target: Path, shown: str) -> None:
+def check_target(target: Path, shown: str) -> int | None:
     """Raise unless ``target`` is a regular file (or a link to one) or absent in a folder.
 
     A directory gives IsADirectoryError, a FIFO, device or socket
     :class:`shutil.SpecialFileError` (an OSError), a missing folder FileNotFoundError.
+
+    Returns:
+        The permission bits (``0o777`` at most) of the regular file ``target`` names, or
+        None if it names none (absent, or a dangling link or a loop of links).
     """
     try:
         mode = os.stat(target).st_mode  # follows a symbolic link to what it names
@@ -85,15 +90,16 @@ def check_target(target: Path, shown: str) -> None:
         if not target.parent.is_dir():
             msg = f"path {shown!r}: its directory does not exist"
             raise FileNotFoundError(msg) from None
-        return  # nothing there yet, or a dangling link (which is replaced)
+        return None  # nothing there yet, or a dangling link (which is replaced)
     except OSError as error:
         if error.errno == errno.ELOOP and target.is_symlink():
-            return  # a link in a loop of links names nothing: replaced, like a dangling one
+            return None  # a link in a loop of links names nothing: replaced, like a dangling one
         raise _named(error, f"path {shown!r} cannot be written") from error  # ENOTDIR, ...
     if stat.S_ISDIR(mode):
         msg = f"path {shown!r} is a directory; expected a file name"
         raise IsADirectoryError(msg)
     _refuse_special(mode, shown, "replace")
+    return stat.S_IMODE(mode) & _PERMISSIONS
 
 
 @contextmanager
@@ -159,8 +165,17 @@ def atomic_file(
     """Yield ``(file, temporary_path)`` to write; on success the file replaces ``target``.
 
     An exception inside the block (raised by the writer, or on purpose after checking
-    the temporary file) leaves ``target`` as it was and no temporary file behind. The
-    new file gets the usual permissions (``0o666`` less the umask), like ``open``.
+    the temporary file) leaves ``target`` as it was and no temporary file behind.
+
+    Permissions are kept as writing the file in place (``open(target, "wb")``) keeps
+    them: a new file gets the usual ones (``0o666`` less the umask), and an existing one
+    keeps its permission bits (read, write and execute for owner, group and others: a
+    private ``0o600`` checkpoint stays private; a symbolic link is replaced by a file
+    with the bits of the file it named). The temporary file gets the same bits for
+    others as soon as it is created, before anything is written, but stays readable
+    and writable by its owner until the block ends. The old file's owner, group,
+    set-user-ID and set-group-ID bits, ACLs and extended attributes are not copied: the
+    new file belongs to this process's user.
 
     ``target`` must be absent, a regular file, or a symbolic link (the link itself is
     replaced, as ``os.replace`` and ``mv`` do; the file it named is left as it was). A
@@ -172,7 +187,7 @@ def atomic_file(
     """
     target = Path(target)
     shown = os.fspath(target) if shown is None else shown
-    check_target(target, shown)
+    kept = check_target(target, shown)
     remove_stale_temporaries(target)
     try:
         fd, temporary = create_temporary(target)
@@ -184,8 +199,18 @@ def atomic_file(
     file = os.fdopen(fd, "wb")
     doing = f"writing its temporary file {temporary.name!r}"
     try:
+        if kept is not None:  # no more open to others than the file it replaces before
+            # anything is written (a file opened meanwhile could be read later), but
+            # readable and writable by its writer until it is whole
+            doing = f"giving its temporary file {temporary.name!r} the mode {kept:#o}"
+            _set_permissions(fd, temporary, kept | stat.S_IRUSR | stat.S_IWUSR)
+            doing = f"writing its temporary file {temporary.name!r}"
         yield file, temporary
         file.flush()
+        if kept is not None:
+            doing = f"giving its temporary file {temporary.name!r} the mode {kept:#o}"
+            _set_permissions(fd, temporary, kept)
+            doing = f"writing its temporary file {temporary.name!r}"
         os.fsync(file.fileno())
         doing = f"renaming its temporary file {temporary.name!r} over it"
         if sys.platform == "win32":  # Windows cannot rename an open file
@@ -201,6 +226,17 @@ def atomic_file(
             raise _failed(error, shown, doing) from error
         raise
     fsync_directory(target.parent, shown=shown)
+
+
+def _set_permissions(fd: int, path: Path, permissions: int) -> None:
+    """Give the open file ``fd`` (at ``path``) these permission bits, unless it has them
+    (a file system whose files all share one mode may refuse any change)."""
+    if stat.S_IMODE(os.fstat(fd).st_mode) & _PERMISSIONS == permissions:
+        return
+    if hasattr(os, "fchmod"):  # POSIX (Windows from Python 3.13)
+        os.fchmod(fd, permissions)
+    else:
+        os.chmod(path, permissions)
 
 
 def write_text(target: str | os.PathLike[str], text: str) -> None:

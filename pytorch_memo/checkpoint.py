@@ -374,7 +374,10 @@ def save_checkpoint(
     ``path`` must be a new name, a regular file, or a symbolic link: a link is replaced
     by the new file (as ``os.replace`` and ``mv`` do), and the file it pointed to keeps
     the previous checkpoint (``torch.save`` would write through the link instead). A
-    directory, FIFO, device or socket is refused before anything is written.
+    directory, FIFO, device or socket is refused before anything is written. The new
+    file keeps the permission bits of the file it replaces (of the file a link named),
+    as ``torch.save`` writing over it would: a private ``0o600`` checkpoint stays
+    private. A new one gets ``0o666`` less the umask.
 
     Before the rename the new file is checked to hold nothing that ``weights_only=True``
     would refuse, so every checkpoint written here can be read by :func:`load_checkpoint`.
@@ -545,8 +548,10 @@ def load_checkpoint(
     is refused), checked (its zip records' CRC-32, read once more: about as long as the
     load itself), read with ``weights_only=True``, then checked against ``model`` (every
     key, every shape, every dtype, tensors where the model has tensors), ``optimizer``
-    (parameter groups, their sizes and options, its per-parameter state), ``scheduler``
-    (its entries) and the generator states. Only when everything fits is anything changed:
+    (parameter groups, their sizes and options, its per-parameter state and, for
+    torch.optim's own optimizers, the shapes of that state's tensors: see
+    *Optimizer state* below), ``scheduler`` (its entries) and the generator states.
+    Only when everything fits is anything changed:
     the generators, optimizer and scheduler are set first and put back if a later step
     fails, and the model is loaded last. (A module whose own ``_load_from_state_dict``
     hook raises on a state that passed these checks may be left partly loaded; torch's
@@ -571,6 +576,21 @@ def load_checkpoint(
     is a :class:`CheckpointMismatchError` naming the key and both dtypes, raised before
     anything changes.
 
+    **Optimizer state** is matched to the optimizer's parameters by position, as
+    ``Optimizer.load_state_dict`` does (the file's parameter ids, group by group, to the
+    optimizer's parameters in order), never by name. For torch.optim's own optimizers
+    (not subclasses) every state tensor whose shape follows from its parameter's
+    (Adam's ``exp_avg``, SGD's ``momentum_buffer``, Adafactor's factored ``row_var``
+    and ``col_var``...) must have that shape, or the load is refused before anything
+    changes (torch would accept it and fail at the first ``optimizer.step()``, or not at
+    all): an optimizer built over the parameters in another order, or over another
+    model's. Parameters of the same shapes in another order cannot be told apart this
+    way: when the file's model entry lists the model's parameters in another order than
+    ``model.state_dict()`` (modules defined in another order since it was saved) and
+    the saved optimizer has state, a :class:`UserWarning` says so, naming the first
+    parameter that moved: an optimizer built from ``model.parameters()`` would get its
+    state on the wrong parameters.
+
     **Formats.** Only the zip archive ``torch.save`` writes by default (pickle
     protocol 2 or 3) is read. Torch's legacy format
     (``_use_new_zipfile_serialization=False``) has no checksums, and ``torch.load``
@@ -582,7 +602,8 @@ def load_checkpoint(
     Args:
         path: the checkpoint file.
         model: receives the saved ``state_dict`` (strictly: same keys, same shapes,
-            dtypes as above); it stays on its device, whatever ``map_location`` is.
+            dtypes as above); it stays on its device, whatever ``map_location`` is, and
+            must not be on the meta device (``model.to_empty(device=...)`` first).
         optimizer: receives the saved optimizer state (required in the file if given).
         scheduler: receives the saved scheduler state (required in the file if given).
         rng: restore the saved generator states (required in the file if True).
@@ -597,7 +618,9 @@ def load_checkpoint(
         TypeError: an argument has the wrong type.
         ValueError: ``map_location`` names no device, or ``"meta"``, or a CPU other
             than ``"cpu"``/``"cpu:0"`` (the one rule for device strings of every helper:
-            a CPU has index 0 or none); ``path`` is empty or contains a NUL byte.
+            a CPU has index 0 or none); ``path`` is empty or contains a NUL byte;
+            ``model`` has tensors of its ``state_dict`` on the meta device (nothing
+            would be loaded into them). Raised before the file is read.
         RuntimeError: ``map_location`` names a device this machine does not have.
         FileNotFoundError: ``path`` does not exist.
         IsADirectoryError: ``path`` is a directory.
@@ -609,11 +632,14 @@ def load_checkpoint(
             pickle's protocol (0, 1, 4, 5) is one ``torch.load(weights_only=True)``
             cannot read.
         CheckpointMismatchError: entries are missing or malformed, or keys, shapes,
-            dtypes, groups, options or generator states do not fit.
+            dtypes, groups, options, optimizer state shapes or generator states do
+            not fit.
         OSError: reading failed (an I/O error); the message names ``path``.
 
     Warns:
         UnverifiedCheckpointWarning: the file has no CRC-32 checksums (see above).
+        UserWarning: an optimizer with saved state is loaded while the model's
+            parameters are in another order than in the file (see above).
 
     Example:
         >>> import tempfile
@@ -631,6 +657,16 @@ def load_checkpoint(
     check_type("rng", rng, bool, "a bool")
     device = _check_map_location(map_location)
     shown = os.fspath(path)
+    expected = model.state_dict()
+    empty = [k for k, v in expected.items() if isinstance(v, torch.Tensor) and v.is_meta]
+    if empty:
+        msg = (
+            f"model must hold tensors to load into, but its {_listed(empty)} "
+            f"{'is' if len(empty) == 1 else 'are'} on the meta device (shapes without "
+            "storage: torch would load nothing into them); "
+            "materialise it first with model.to_empty(device=...)"
+        )
+        raise ValueError(msg)
 
     with open_regular(source, shown, expected="a checkpoint file") as file:
         archive = _check_archive(file, shown)
@@ -644,15 +680,26 @@ def load_checkpoint(
             warnings.warn(message, UnverifiedCheckpointWarning, stacklevel=2)
         checkpoint = _read(file, shown, device, archive.pickle)
     _check_entries(checkpoint, shown, optimizer=optimizer, scheduler=scheduler, rng=rng)
-    _check_model(checkpoint["model"], model, shown)
+    _check_model(checkpoint["model"], model, expected, shown)
+    reordered = None
     if optimizer is not None:
-        _check_optimizer(checkpoint["optimizer"], optimizer, shown)
+        reordered = _order_change(checkpoint["model"], expected, model)
+        _check_optimizer(checkpoint["optimizer"], optimizer, model, shown, reordered=reordered)
     if scheduler is not None:
         _check_scheduler(checkpoint["scheduler"], scheduler, shown)
     extra = checkpoint["extra"]
     if not isinstance(extra, dict):
         problem = f"has an extra entry that is {_described(extra)}, not a dict"
         raise CheckpointMismatchError(shown, problem)
+    if reordered is not None and checkpoint["optimizer"]["state"]:
+        message = (
+            f"checkpoint {shown!r}: {reordered}. An optimizer's state is matched to its "
+            "parameters by position, not by name: if the optimizer's parameters are now "
+            "in another order than when it was saved, their state (momenta, ...) is "
+            "loaded onto the wrong ones. Build the optimizer over the parameters in the "
+            "file's order, or define the modules in their old order"
+        )
+        warnings.warn(message, UserWarning, stacklevel=2)
 
     undo: list[Callable[[], None]] = []
     step = "rng"
@@ -964,7 +1011,8 @@ def _listed(keys: list[str]) -> str:
     return ", ".join(keys[:_SHOWN_KEYS]) + more
 
 
-def _check_model(saved: Any, model: nn.Module, shown: str) -> None:
+def _check_model(saved: Any, model: nn.Module, expected: Mapping[str, Any], shown: str) -> None:
+    """``expected`` is ``model.state_dict()``."""
     name = type(model).__name__
     if not isinstance(saved, Mapping):
         problem = f"has a model entry that is {_described(saved)}, not a state_dict"
@@ -973,7 +1021,6 @@ def _check_model(saved: Any, model: nn.Module, shown: str) -> None:
     if odd:
         problem = f"has a model entry whose keys are not all names: {_listed(odd)}"
         raise CheckpointMismatchError(shown, problem)
-    expected = model.state_dict()
     missing = [k for k in expected if k not in saved]
     unexpected = [k for k in saved if k not in expected]
     kinds: list[str] = []
@@ -1124,7 +1171,15 @@ def _tree_problem(value: Any) -> str | None:
     return None
 
 
-def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, shown: str) -> None:
+def _check_optimizer(
+    saved: Any,
+    optimizer: torch.optim.Optimizer,
+    model: nn.Module,
+    shown: str,
+    *,
+    reordered: str | None = None,
+) -> None:
+    """``reordered`` (from :func:`_order_change`) is added to a shape mismatch's message."""
     name = type(optimizer).__name__
     groups = saved.get("param_groups") if isinstance(saved, Mapping) else None
     if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
@@ -1175,6 +1230,128 @@ def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, shown: str) -
         if wrong:
             problem = f"has optimizer state for parameter {key} that {wrong}"
             raise CheckpointMismatchError(shown, problem)
+    _check_state_shapes(groups, state, optimizer, model, shown, reordered=reordered)
+
+
+def _same_shape(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    return shape
+
+
+def _row_factor(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    return (*shape[:-1], 1) if len(shape) > 1 else None
+
+
+def _column_factor(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    return (*shape[:-2], 1, shape[-1]) if len(shape) > 1 else None
+
+
+def _unfactored(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    return shape if len(shape) <= 1 else None
+
+
+_Shape = Callable[[tuple[int, ...]], tuple[int, ...] | None]
+
+
+def _state_shapes() -> dict[type[torch.optim.Optimizer], dict[str, _Shape]]:
+    """The per-parameter state tensors of torch.optim's optimizers whose shape follows
+    from their parameter's (None: a parameter of that shape has no such entry), as
+    torch 2.8 to 2.15 create them. Other entries (``step``; ASGD's ``eta`` and ``mu``,
+    NAdam's ``mu_product``: scalars; all of LBFGS's, kept for its first parameter over
+    all of them flattened) and other optimizers (subclasses included) are not checked."""
+    same = ("exp_avg", "exp_avg_sq")
+    keys: dict[str, dict[str, _Shape]] = {
+        "SGD": dict.fromkeys(["momentum_buffer"], _same_shape),
+        "Adam": dict.fromkeys([*same, "max_exp_avg_sq"], _same_shape),
+        "AdamW": dict.fromkeys([*same, "max_exp_avg_sq"], _same_shape),
+        "NAdam": dict.fromkeys(same, _same_shape),
+        "RAdam": dict.fromkeys(same, _same_shape),
+        "SparseAdam": dict.fromkeys(same, _same_shape),
+        "Adamax": dict.fromkeys(["exp_avg", "exp_inf"], _same_shape),
+        "Adadelta": dict.fromkeys(["square_avg", "acc_delta"], _same_shape),
+        "Adagrad": dict.fromkeys(["sum"], _same_shape),
+        "ASGD": dict.fromkeys(["ax"], _same_shape),
+        "RMSprop": dict.fromkeys(["square_avg", "momentum_buffer", "grad_avg"], _same_shape),
+        "Rprop": dict.fromkeys(["prev", "step_size"], _same_shape),
+        "Muon": dict.fromkeys(["momentum_buffer"], _same_shape),
+        "Adafactor": {"row_var": _row_factor, "col_var": _column_factor, "variance": _unfactored},
+    }
+    found = {getattr(torch.optim, name, None): shapes for name, shapes in keys.items()}
+    return {kind: shapes for kind, shapes in found.items() if isinstance(kind, type)}
+
+
+_STATE_SHAPES = _state_shapes()
+
+
+def _check_state_shapes(
+    groups: list[Mapping[str, Any]],
+    state: Mapping[Any, Any],
+    optimizer: torch.optim.Optimizer,
+    model: nn.Module,
+    shown: str,
+    *,
+    reordered: str | None,
+) -> None:
+    """Refuse per-parameter state whose tensors cannot fit the parameter they attach to:
+    saved ids are matched to the optimizer's parameters by position, group by group, as
+    ``Optimizer.load_state_dict`` does. Only the entries :func:`_state_shapes` knows."""
+    shapes = _STATE_SHAPES.get(type(optimizer))
+    if not shapes:
+        return
+    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    where: dict[int, tuple[int, int, torch.Tensor]] = {}
+    for index, (group, current) in enumerate(zip(groups, optimizer.param_groups, strict=True)):
+        for position, (key, param) in enumerate(
+            zip(group["params"], current["params"], strict=True)
+        ):
+            where[key] = (index, position, param)
+    kind = type(optimizer).__name__
+    for key, entry in state.items():
+        index, position, param = where[key]
+        if nn.parameter.is_lazy(param):
+            continue  # no shape yet: the model's entry gives it one
+        here = tuple(param.shape)
+        for entry_key, value in entry.items():
+            expected = shapes.get(entry_key) if isinstance(entry_key, str) else None
+            if expected is None or not isinstance(value, torch.Tensor):
+                continue
+            fits = expected(here)
+            if fits == tuple(value.shape):
+                continue
+            named = f" ({names[id(param)]!r} in the model)" if id(param) in names else ""
+            if fits == here:
+                wanted = f"the parameter's shape {here} here"
+            else:
+                takes = f"one of shape {fits}" if fits is not None else "none"
+                wanted = f"where a parameter of shape {here}, as here, takes {takes}"
+            problem = (
+                f"does not fit the {kind}: the state {entry_key!r} of optimizer "
+                f"param_groups[{index}] parameter {position}{named} has shape "
+                f"{tuple(value.shape)} in the file, {wanted}"
+            )
+            if reordered is not None:
+                problem += f"; {reordered}, and optimizer state is matched by position"
+            raise CheckpointMismatchError(shown, problem)
+
+
+def _order_change(
+    saved_model: Mapping[str, Any], expected: Mapping[str, Any], model: nn.Module
+) -> str | None:
+    """Where the file's model entry (checked by :func:`_check_model`: the same keys)
+    lists the model's parameters in another order than ``expected``
+    (``model.state_dict()``), or None. Modules defined in another order since the file
+    was saved: an optimizer built from ``model.parameters()`` then holds them in another
+    order too, and its saved state attaches to them by position."""
+    names = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    in_file = [k for k in saved_model if k in names]
+    here = [k for k in expected if k in names]
+    for position, (old, new) in enumerate(zip(in_file, here, strict=False)):
+        if old != new:
+            return (
+                f"the model's parameters are in another order in the file than in the "
+                f"{type(model).__name__}: parameter {position} is {old!r} in the file, "
+                f"{new!r} here"
+            )
+    return None
 
 
 def _check_kind_of_state(

@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from pytorch_memo._checks import INT64_MAX, check_axes, check_int, check_iterable, check_type
+from pytorch_memo._compat import inductor_config
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -219,7 +220,11 @@ def deterministic_algorithms(mode: bool = True, *, warn_only: bool = False) -> I
     """Set ``torch.use_deterministic_algorithms`` for a block, then restore it.
 
     torch's switch is global; this puts back both the mode and ``warn_only`` as they
-    were, also when the block raises.
+    were, also when the block raises. From torch 2.10, ``use_deterministic_algorithms``
+    also sets TorchInductor's option ``torch._inductor.config.deterministic`` to
+    ``mode``; that option is put back as it was on entry too, not set to the mode put
+    back (it may have been set by hand, and :func:`torch.set_deterministic_debug_mode`
+    turns the mode on without it). Older torch has no such option.
 
     Args:
         mode: deterministic algorithms on (True) or off (False) inside the block.
@@ -245,11 +250,15 @@ def deterministic_algorithms(mode: bool = True, *, warn_only: bool = False) -> I
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
     )
-    torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    inductor = inductor_config()
+    inductor_before = inductor.deterministic if inductor is not None else None
     try:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        if inductor is not None:
+            inductor.deterministic = inductor_before
 
 
 def plot_draws(

@@ -191,14 +191,31 @@ def test_extra_and_model_round_trip(
     assert _same(other.state_dict(), model.state_dict())
 
 
-def test_load_keeps_the_model_on_its_device(tmp_path: Path) -> None:
-    saved = nn.Linear(3, 2)
-    save_checkpoint(tmp_path / "m.pt", model=saved, rng=False)
+def test_a_model_on_the_meta_device_is_refused_before_the_file_is_read(tmp_path: Path) -> None:
+    # torch copies into a meta tensor as a no-op, with a warning per key: nothing loads.
+    saved = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    path = save_checkpoint(tmp_path / "m.pt", model=saved, rng=False)
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")  # read, it would be a CorruptCheckpointError
     with torch.device("meta"):
-        target = nn.Linear(3, 2)
-    with pytest.warns(UserWarning, match="no-op"):
-        load_checkpoint(tmp_path / "m.pt", model=target, rng=False, map_location="cpu")
-    assert target.weight.device.type == "meta"
+        target = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    for source in (path, junk):
+        with pytest.raises(
+            ValueError,
+            match=r"^model must hold tensors to load into, but its 0\.weight, 0\.bias, "
+            r"1\.weight, 1\.bias, 1\.running_mean and 2 more are on the meta device .*"
+            r"materialise it first with model\.to_empty\(device=\.\.\.\)$",
+        ):
+            load_checkpoint(source, model=target, rng=False, map_location="cpu")
+    assert target[0].weight.is_meta
+    one_buffer = nn.BatchNorm1d(2)
+    one_buffer.running_var = torch.empty(2, device="meta")
+    with pytest.raises(ValueError, match=r"but its running_var is on the meta device"):
+        load_checkpoint(tmp_path / "m.pt", model=one_buffer, rng=False)
+    target.to_empty(device="cpu")  # what the message says: then it loads
+    load_checkpoint(path, model=target, rng=False)
+    assert _same(target.state_dict(), saved.state_dict())
+    assert target[0].weight.device.type == "cpu"
 
 
 # ------------------------------------------------------------------- atomic writing
@@ -598,6 +615,26 @@ def test_save_replaces_a_symlink_and_keeps_the_checkpoint_it_named(tmp_path: Pat
     assert not (tmp_path / "latest.pt").is_symlink()
     assert load_checkpoint(tmp_path / "latest.pt", model=nn.Linear(2, 2)) == {"epoch": 4}
     assert load_checkpoint(tmp_path / "epoch3.pt", model=nn.Linear(2, 2)) == {"epoch": 3}
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o444], ids=oct)
+def test_save_keeps_the_permissions_of_the_checkpoint_it_replaces(
+    tmp_path: Path, mode: int
+) -> None:
+    # As torch.save writing over it would: a private checkpoint is not made readable.
+    path = tmp_path / "ckpt.pt"
+    old = os.umask(0o022)
+    try:
+        save_checkpoint(path, model=nn.Linear(2, 2), extra={"epoch": 1})
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644  # a new file: the umask's
+        path.chmod(mode)
+        save_checkpoint(path, model=nn.Linear(2, 2), extra={"epoch": 2})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert load_checkpoint(path, model=nn.Linear(2, 2)) == {"epoch": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
 
 
 def test_long_names_and_nul_bytes(tmp_path: Path) -> None:
@@ -1489,6 +1526,251 @@ def test_the_checks_accept_every_torch_optimizer_and_scheduler(
     assert _same(fresh[0].state_dict(), model.state_dict())
     assert _same(fresh[1].state_dict(), optimizer.state_dict())
     assert _same(fresh[2].state_dict(), scheduler.state_dict())
+
+
+# -- optimizer state that cannot fit its parameters, parameters in another order --------
+
+
+def _optimizer_classes() -> dict[str, type[torch.optim.Optimizer]]:
+    """Every optimizer torch.optim exports, in the torch at hand."""
+    return {
+        name: kind
+        for name, kind in vars(torch.optim).items()
+        if isinstance(kind, type)
+        and issubclass(kind, torch.optim.Optimizer)
+        and kind is not torch.optim.Optimizer
+    }
+
+
+# State kept per parameter for each optimizer, at the parameter's shape or (Adafactor)
+# at one that follows from it: a swap of two parameters of other shapes is refused.
+# LBFGS keeps its state for its first parameter only, over all of them flattened.
+_NOT_PER_PARAMETER = {"LBFGS"}
+# Options that make an optimizer keep all its kinds of state (amsgrad: max_exp_avg_sq...).
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "SGD": {"lr": 0.1, "momentum": 0.9},
+    "Adam": {"amsgrad": True},
+    "AdamW": {"amsgrad": True},
+    "RMSprop": {"momentum": 0.5, "centered": True},
+}
+
+
+def _optimizer_model(name: str) -> nn.Module:
+    """Parameters of several shapes (1-D and 2-D) that this optimizer accepts."""
+    if name == "SparseAdam":  # sparse gradients only
+        return nn.ModuleList([nn.Embedding(5, 3, sparse=True), nn.Embedding(4, 2, sparse=True)])
+    if name == "Muon":  # 2-D parameters only
+        return nn.Sequential(nn.Linear(4, 8, bias=False), nn.Linear(8, 2, bias=False))
+    return nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+
+
+def _optimizer_loss(model: nn.Module) -> torch.Tensor:
+    if isinstance(model, nn.ModuleList):
+        return sum((m(torch.tensor([1, 3])).pow(2).sum() for m in model), torch.zeros(()))
+    loss: torch.Tensor = model(torch.randn(6, 4)).pow(2).mean()
+    return loss
+
+
+def _step_once(model: nn.Module, optimizer: Any) -> None:
+    def closure() -> torch.Tensor:  # LBFGS calls it several times
+        optimizer.zero_grad()
+        loss = _optimizer_loss(model)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+
+
+def _stepped(name: str, seed: int, *, reverse: bool = False) -> tuple[nn.Module, Any]:
+    torch.manual_seed(seed)
+    model = _optimizer_model(name)
+    params = list(model.parameters())
+    optimizer = _optimizer_classes()[name](
+        params[::-1] if reverse else params, **_OPTIONS.get(name, {})
+    )
+    for _ in range(2):
+        _step_once(model, optimizer)
+    return model, optimizer
+
+
+@pytest.mark.filterwarnings(
+    "ignore:Converting a tensor with requires_grad=True to a scalar:UserWarning"
+)  # LBFGS on torch 2.8.0, as above
+@pytest.mark.parametrize("name", sorted(_optimizer_classes()))
+def test_every_torch_optimizer_loads_and_a_swap_of_its_parameters_is_refused(
+    tmp_path: Path, name: str
+) -> None:
+    # Never refuse a valid file: each optimizer's own checkpoint loads, without a warning,
+    # and steps on as the original does. Its state swapped onto parameters of other
+    # shapes is refused (torch would load it and fail at the next step, if at all).
+    model, optimizer = _stepped(name, 0)
+    assert optimizer.state_dict()["state"], "the optimizer keeps state to check"
+    path = save_checkpoint(tmp_path / "c.pt", model=model, optimizer=optimizer)
+    fresh, loaded = _stepped(name, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_checkpoint(path, model=fresh, optimizer=loaded)
+    assert _same(loaded.state_dict(), optimizer.state_dict())
+    for each_model, each_optimizer in ((model, optimizer), (fresh, loaded)):
+        torch.manual_seed(2)
+        _step_once(each_model, each_optimizer)
+    assert _same(fresh.state_dict(), model.state_dict())
+    assert _same(loaded.state_dict(), optimizer.state_dict())
+
+    swapped, swapped_optimizer = _stepped(name, 1, reverse=True)
+    before = copy.deepcopy(swapped_optimizer.state_dict())
+    if name in _NOT_PER_PARAMETER:
+        load_checkpoint(path, model=swapped, optimizer=swapped_optimizer)
+        return
+    with pytest.raises(CheckpointMismatchError, match=r"does not fit the \w+: the state '\w+'"):
+        load_checkpoint(path, model=swapped, optimizer=swapped_optimizer)
+    assert _same(swapped_optimizer.state_dict(), before)  # nothing was changed
+
+
+def test_optimizer_state_that_cannot_fit_its_parameters_is_refused_before_loading(
+    tmp_path: Path,
+) -> None:
+    model, optimizer, scheduler = _training(0)
+    _seed_all(0)
+    _step(model, optimizer, scheduler)
+    path = save_checkpoint(tmp_path / "c.pt", model=model, optimizer=optimizer)
+    fresh = _net(1)
+    params = list(fresh.parameters())  # 0.weight, 0.bias, 1.weight, 1.bias, 3.weight, 3.bias
+    reordered = torch.optim.AdamW([params[1], params[0], *params[2:]], lr=0.01)
+    twin = copy.deepcopy(fresh)  # torch itself takes it, and fails at the first step:
+    twins = list(twin.parameters())
+    plain = torch.optim.AdamW([twins[1], twins[0], *twins[2:]], lr=0.01)
+    plain.load_state_dict(optimizer.state_dict())
+    twin(torch.randn(4, 4)).sum().backward()
+    with pytest.raises(RuntimeError, match=r"broadcast shape|must match the size"):
+        plain.step()
+
+    def snapshot() -> Any:
+        model_state = {k: v.clone() for k, v in fresh.state_dict().items()}
+        return model_state, copy.deepcopy(reordered.state_dict()), get_rng_state()
+
+    before = snapshot()
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=r"does not fit the AdamW: the state 'exp_avg' of optimizer param_groups\[0\] "
+        r"parameter 0 \('0\.bias' in the model\) has shape \(8, 4\) in the file, the "
+        r"parameter's shape \(8,\) here$",
+    ):
+        load_checkpoint(path, model=fresh, optimizer=reordered)
+    assert _same(snapshot(), before)  # nothing was changed
+
+    other = nn.Linear(3, 8)  # an optimizer over another model's parameters
+    elsewhere = torch.optim.AdamW([other.weight, *params[1:]], lr=0.01)
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=r"'exp_avg' of optimizer param_groups\[0\] parameter 0 has shape \(8, 4\) in "
+        r"the file, the parameter's shape \(8, 3\) here$",
+    ):
+        load_checkpoint(path, model=fresh, optimizer=elsewhere)
+
+
+def test_factored_optimizer_state_is_checked_at_the_shape_it_has(tmp_path: Path) -> None:
+    # Adafactor keeps a row and a column factor for a matrix, a full variance for a vector.
+    model = nn.Linear(4, 8)
+    optimizer = torch.optim.Adafactor(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    state = optimizer.state_dict()["state"]
+    assert {k: tuple(v.shape) for k, v in state[0].items()} == {
+        "step": (),
+        "row_var": (8, 1),
+        "col_var": (1, 4),
+    }
+    path = save_checkpoint(tmp_path / "c.pt", model=model, optimizer=optimizer)
+    wider = nn.Linear(6, 8)  # the same rows: row_var fits, col_var does not
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=r"the state 'col_var' of optimizer param_groups\[0\] parameter 0 has shape "
+        r"\(1, 4\) in the file, where a parameter of shape \(8, 6\), as here, takes one of "
+        r"shape \(1, 6\)$",
+    ):
+        load_checkpoint(
+            path, model=nn.Linear(4, 8), optimizer=torch.optim.Adafactor(wider.parameters())
+        )
+    fresh = nn.Linear(4, 8)
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=r"the state 'row_var' of optimizer param_groups\[0\] parameter 0 \('bias' in the "
+        r"model\) has shape \(8, 1\) in the file, where a parameter of shape \(8,\), as here, "
+        r"takes none$",
+    ):
+        load_checkpoint(
+            path, model=fresh, optimizer=torch.optim.Adafactor([fresh.bias, fresh.weight])
+        )
+
+
+class _Pair(nn.Module):
+    """Layers ``a`` (3 to 3) and ``b`` (3 to ``b_out``), defined in the order given."""
+
+    def __init__(self, first: str, second: str, b_out: int = 3) -> None:
+        super().__init__()
+        for name in (first, second):
+            self.add_module(name, nn.Linear(3, 3 if name == "a" else b_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.get_submodule("a"), self.get_submodule("b")
+        product: torch.Tensor = a(x).sum() * b(x).sum()
+        return product
+
+
+def _pair_checkpoint(path: Path, b_out: int = 3) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = _Pair("a", "b", b_out)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 3)).backward()
+    optimizer.step()
+    save_checkpoint(path, model=model, optimizer=optimizer)
+    return model, optimizer
+
+
+def test_parameters_in_another_order_than_in_the_file_are_warned_about(tmp_path: Path) -> None:
+    # A refactor defines b before a: the model loads by name, but Adam's moments attach
+    # by position, to the other layer. No shape tells them apart: the order does.
+    path = tmp_path / "c.pt"
+    model, optimizer = _pair_checkpoint(path)
+    moved = _Pair("b", "a")
+    moved_optimizer = torch.optim.Adam(moved.parameters())
+    with pytest.warns(
+        UserWarning,
+        match=r"the model's parameters are in another order in the file than in the _Pair: "
+        r"parameter 0 is 'a\.weight' in the file, 'b\.weight' here\. An optimizer's state is "
+        r"matched to its parameters by position",
+    ):
+        load_checkpoint(path, model=moved, optimizer=moved_optimizer)
+    moved_b = moved.get_parameter("b.weight")
+    saved_a = model.get_parameter("a.weight")
+    assert torch.equal(  # what the warning is about: a's moment is now b's
+        moved_optimizer.state[moved_b]["exp_avg"], optimizer.state[saved_a]["exp_avg"]
+    )
+    with warnings.catch_warnings():  # no optimizer, or one without state: nothing to say
+        warnings.simplefilter("error")
+        load_checkpoint(path, model=moved)
+        empty = save_checkpoint(
+            tmp_path / "d.pt", model=model, optimizer=torch.optim.Adam(model.parameters())
+        )
+        load_checkpoint(empty, model=moved, optimizer=torch.optim.Adam(moved.parameters()))
+        same = _Pair("a", "b")  # the order it was saved in
+        load_checkpoint(path, model=same, optimizer=torch.optim.Adam(same.parameters()))
+
+
+def test_a_shape_mismatch_says_when_the_parameters_moved(tmp_path: Path) -> None:
+    path = tmp_path / "c.pt"
+    _pair_checkpoint(path, b_out=2)
+    moved = _Pair("b", "a", b_out=2)
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=r"the state 'exp_avg' of optimizer param_groups\[0\] parameter 0 \('b\.weight' "
+        r"in the model\) has shape \(3, 3\) in the file, the parameter's shape \(2, 3\) "
+        r"here; the model's parameters are in another order in the file than in the _Pair: "
+        r"parameter 0 is 'a\.weight' in the file, 'b\.weight' here, and optimizer state is "
+        r"matched by position$",
+    ):
+        load_checkpoint(path, model=moved, optimizer=torch.optim.Adam(moved.parameters()))
 
 
 # -- issue 24, D12: a refused entry is named where it is ----------------------------------

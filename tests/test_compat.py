@@ -27,6 +27,7 @@ from pytorch_memo._compat import (
     cpu_allocations,
     cuda_toolkit_home,
     ddp_lazy_imports,
+    inductor_config,
 )
 from pytorch_memo.modules import inventory
 
@@ -144,3 +145,19 @@ def test_persistent_buffers_from_state_dict_agree_with_torchs_own_set() -> None:
         "dropped",
         "inner.scratch",
     ]
+
+
+def test_inductor_config_is_the_option_use_deterministic_algorithms_sets() -> None:
+    """Checked on torch 2.8.0, 2.9.1 (None: no option) and 2.10.0 to 2.15.0."""
+    config = inductor_config()
+    if torch.__version__ < "2.10":
+        assert config is None
+        return
+    before = (torch.are_deterministic_algorithms_enabled(), config.deterministic)
+    try:
+        for mode in (True, False):
+            torch.use_deterministic_algorithms(mode)
+            assert config.deterministic is mode
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        config.deterministic = before[1]

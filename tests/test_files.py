@@ -67,6 +67,106 @@ def test_new_files_get_the_usual_permissions(tmp_path: Path) -> None:
     assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=oct)
+def test_new_files_get_the_umasks_permissions(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        write_text(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o660, 0o755, 0o444, 0o000], ids=oct)
+def test_an_existing_file_keeps_its_permissions(tmp_path: Path, mode: int) -> None:
+    # As writing in place would: a private file is not made readable by others.
+    target = tmp_path / "private.bin"
+    target.write_bytes(b"old")
+    target.chmod(mode)
+    old = os.umask(0o022)
+    try:
+        with atomic_file(target) as (file, temporary):
+            file.write(b"new")
+            file.flush()
+            during = stat.S_IMODE(temporary.stat().st_mode)
+            assert during & 0o077 == mode & 0o077  # never more open to others
+            assert during & 0o600 == 0o600  # the writer can still read it back
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == mode
+    assert target.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["private.bin"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_a_link_is_replaced_by_a_file_with_the_permissions_of_what_it_named(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "epoch3.txt").write_text("epoch 3")
+    (tmp_path / "epoch3.txt").chmod(0o600)
+    (tmp_path / "latest.txt").symlink_to("epoch3.txt")
+    write_text(tmp_path / "latest.txt", "epoch 4")
+    assert not (tmp_path / "latest.txt").is_symlink()
+    assert stat.S_IMODE((tmp_path / "latest.txt").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "epoch3.txt").stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_set_user_id_bits_are_not_copied(tmp_path: Path) -> None:
+    target = tmp_path / "tool"
+    target.write_text("old")
+    target.chmod(0o6755)
+    write_text(target, "new")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
+
+
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="os.fchmod")
+def test_a_refused_mode_change_is_an_error_naming_the_path_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file system that cannot give the new file the old one's mode: not written at
+    # all, rather than left readable by others.
+    target = tmp_path / "private.bin"
+    target.write_bytes(b"old")
+    target.chmod(0o600)
+
+    def refuse(fd: int, mode: int) -> None:
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "fchmod", refuse)
+    old = os.umask(0o022)
+    try:
+        with pytest.raises(
+            PermissionError,
+            match=r"could not write '.*private\.bin': .*\(EPERM.*\) while giving its temporary "
+            r"file '\.private\.bin\..*\.tmp' the mode 0o600; '.*private\.bin' is unchanged",
+        ):
+            write_text(target, "new")
+    finally:
+        os.umask(old)
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["private.bin"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_a_failed_write_leaves_the_old_files_permissions(tmp_path: Path) -> None:
+    target = tmp_path / "private.bin"
+    target.write_bytes(b"old")
+    target.chmod(0o600)
+
+    def write_half() -> None:
+        with atomic_file(target) as (file, _):
+            file.write(b"half")
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_half()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["private.bin"]
+
+
 def test_a_missing_folder_is_an_error_and_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         write_text(tmp_path / "missing" / "a.txt", "x")

@@ -12,6 +12,7 @@ import random
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -299,6 +300,50 @@ def test_deterministic_algorithms_sets_then_restores(
         assert _current() == before
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+@pytest.fixture
+def inductor_config() -> Iterator[Any]:
+    """``torch._inductor.config`` on torch >= 2.10, whose ``use_deterministic_algorithms``
+    sets its ``deterministic`` option; put back afterwards, with the mode."""
+    if torch.__version__ < "2.10":
+        pytest.skip("use_deterministic_algorithms sets Inductor's option from torch 2.10")
+    from torch._inductor import config
+
+    before = config.deterministic
+    yield config
+    torch.use_deterministic_algorithms(False)
+    config.deterministic = before
+
+
+@pytest.mark.parametrize("inside", [False, True])
+@pytest.mark.parametrize("fails", [False, True])
+def test_deterministic_algorithms_restores_inductors_option_set_by_hand(
+    inductor_config: Any, inside: bool, fails: bool
+) -> None:
+    inductor_config.deterministic = True  # deterministic mode itself stays off
+    with (
+        pytest.raises(ZeroDivisionError) if fails else nullcontext(),
+        deterministic_algorithms(inside),
+    ):
+        assert inductor_config.deterministic is inside  # what torch's own switch sets
+        if fails:
+            1 / 0  # noqa: B018
+    assert _current() == (False, False)
+    assert inductor_config.deterministic is True
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_deterministic_algorithms_leaves_inductors_option_off_after_debug_mode(
+    inductor_config: Any, inside: bool
+) -> None:
+    inductor_config.deterministic = False
+    torch.set_deterministic_debug_mode("error")  # the mode on, Inductor's option left off
+    assert inductor_config.deterministic is False
+    with deterministic_algorithms(inside):
+        pass
+    assert _current() == (True, False)
+    assert inductor_config.deterministic is False
 
 
 def test_deterministic_algorithms_refuses_what_torch_refuses() -> None:
