@@ -5,7 +5,8 @@
 out (the smallest subnormal, the last integer stored exactly), :func:`plot_dtype_ranges`
 draws those ranges on a log scale, and :func:`autocast_dtypes` runs ops inside
 ``torch.autocast`` and reports, for each, the dtype of its output from a float32 input
-and from an input already in the lower precision.
+and from an input already in the lower precision, and whether those dtypes are
+autocast's doing or the op's own (the same without autocast).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ round-to-nearest-even conversion, so the numbers it reports hold for real tensor
 _LOWER = (torch.float16, torch.bfloat16)
 MAX_EXAMPLE_ELEMENTS = 2**24
 """The most elements :func:`autocast_dtypes` accepts in its example: it copies the
-example to float32 and to the autocast dtype, and runs every op on both."""
+example to float32 and to the autocast dtype, and runs every op on both, inside
+autocast and without it."""
 MAX_MARKS = 64
 """The most marks :func:`plot_dtype_ranges` draws (each is a labelled line)."""
 
@@ -297,45 +299,62 @@ def plot_dtype_ranges(
     return ax
 
 
-Policy = Literal["lower precision", "float32", "input dtype", "other"]
+Policy = Literal["lower precision", "float32", "input dtype", "same without autocast", "other"]
 
 
 @dataclass(frozen=True)
 class AutocastRow:
-    """The output dtypes of one op inside ``torch.autocast``.
+    """The output dtypes of one op inside ``torch.autocast`` and without it.
 
     Attributes:
         name: the op's name, as given.
         lower: the autocast dtype (``torch.bfloat16`` or ``torch.float16``).
-        from_float32: the output's dtype when the op is given a float32 input.
-        from_lower: the output's dtype when the input already has the ``lower`` dtype.
+        from_float32: the output's dtype when the op is given a float32 input, inside
+            autocast.
+        from_lower: the output's dtype when the input already has the ``lower`` dtype,
+            inside autocast.
+        plain_from_float32: the output's dtype from the float32 input without autocast,
+            or None if the op raised there.
+        plain_from_lower: the output's dtype from the ``lower`` input without autocast,
+            or None if the op raised there (as a product of a bfloat16 input and a
+            float32 weight does).
     """
 
     name: str
     lower: torch.dtype
     from_float32: torch.dtype
     from_lower: torch.dtype
+    plain_from_float32: torch.dtype | None
+    plain_from_lower: torch.dtype | None
 
     @property
     def policy(self) -> Policy:
-        """What the two outputs show autocast did.
+        """What autocast did to the op, read from the four outputs.
 
-        ``"lower precision"``: both outputs are ``lower``, the op was cast down;
-        ``"float32"``: both are float32, the op was cast up; ``"input dtype"``: each
-        output has its input's dtype, autocast left the op alone; ``"other"``: none of
-        these.
+        ``"lower precision"``: both outputs inside autocast are ``lower``, and the one
+        from float32 is not without autocast: autocast cast the op down.
+        ``"float32"``: both are float32, and the one from ``lower`` is not without
+        autocast: autocast cast the op up. ``"input dtype"``: each output has its
+        input's dtype, inside autocast and without it alike: autocast left the op
+        alone. ``"same without autocast"``: any other pair of outputs that autocast
+        does not change: the dtypes are the op's own (type promotion with a tensor
+        it closes over, or a cast of its own) and say nothing of autocast's policy
+        for the op. ``"other"``: none of these.
         """
-        outputs = (self.from_float32, self.from_lower)
-        if outputs == (self.lower, self.lower):
-            return "lower precision"
-        if outputs == (torch.float32, torch.float32):
-            return "float32"
-        if outputs == (torch.float32, self.lower):
+        inside = (self.from_float32, self.from_lower)
+        plain = (self.plain_from_float32, self.plain_from_lower)
+        if inside == (torch.float32, self.lower) and plain == inside:
             return "input dtype"
+        if plain == inside:
+            return "same without autocast"
+        if inside == (self.lower, self.lower) and self.plain_from_float32 != self.lower:
+            return "lower precision"
+        if inside == (torch.float32, torch.float32) and self.plain_from_lower != torch.float32:
+            return "float32"
         return "other"
 
     def cells(self) -> tuple[str, str, str, str]:
-        """The row as display strings: name, both output dtypes, policy."""
+        """The row as display strings: name, both output dtypes in autocast, policy."""
         return (
             self.name,
             _dtype_name(self.from_float32),
@@ -388,18 +407,76 @@ def _autocast(device_type: str, dtype: torch.dtype) -> torch.autocast:
     return region
 
 
+def _plain(device_type: str) -> torch.autocast:
+    """A region with autocast off for ``device_type``, even inside an enclosing one."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.autocast(device_type, enabled=False)
+
+
+def _raised(name: str, error: Exception) -> Exception:
+    """``error`` again, of its type where it can be made from a message, naming the op."""
+    try:
+        return type(error)(f"ops[{name!r}] raised: {error}")
+    except Exception:  # noqa: BLE001 - a type that takes other arguments
+        return RuntimeError(f"ops[{name!r}] raised {type(error).__name__}: {error}")
+
+
+def _dtype_of(name: str, output: object) -> torch.dtype:
+    if not isinstance(output, torch.Tensor):
+        msg = f"ops[{name!r}] must return a torch.Tensor, got {type(output).__name__}: {_shown(output)}"
+        raise TypeError(msg)
+    return output.dtype
+
+
 def _run(
     name: str,
     op: Callable[[torch.Tensor], torch.Tensor],
     example: torch.Tensor,
     region: torch.autocast,
 ) -> torch.dtype:
-    with region:
-        output: object = op(example)
-    if not isinstance(output, torch.Tensor):
-        msg = f"ops[{name!r}] must return a torch.Tensor, got {type(output).__name__}: {_shown(output)}"
-        raise TypeError(msg)
-    return output.dtype
+    """The dtype of ``op(example)`` inside autocast; an error is raised naming the op."""
+    try:
+        with region:
+            output: object = op(example)
+    except Exception as error:
+        raise _raised(name, error) from error
+    return _dtype_of(name, output)
+
+
+def _run_plain(
+    name: str,
+    op: Callable[[torch.Tensor], torch.Tensor],
+    example: torch.Tensor,
+    region: torch.autocast,
+) -> torch.dtype | None:
+    """The dtype of ``op(example)`` without autocast, None if it raised (as a product
+    of a bfloat16 input and a float32 weight does: it takes autocast to run)."""
+    try:
+        with region:
+            output: object = op(example)
+    except Exception:  # noqa: BLE001 - the row shows it; inside autocast it ran
+        return None
+    return _dtype_of(name, output)
+
+
+def _autocast_row(
+    name: str,
+    op: Callable[[torch.Tensor], torch.Tensor],
+    examples: tuple[torch.Tensor, torch.Tensor],
+    regions: tuple[torch.autocast, torch.autocast],
+) -> AutocastRow:
+    """The op run on both examples inside autocast, then on both without it."""
+    as_float32, as_lower = examples
+    region, plain = regions
+    return AutocastRow(
+        name=name,
+        lower=as_lower.dtype,
+        from_float32=_run(name, op, as_float32, region),
+        from_lower=_run(name, op, as_lower, region),
+        plain_from_float32=_run_plain(name, op, as_float32, plain),
+        plain_from_lower=_run_plain(name, op, as_lower, plain),
+    )
 
 
 def autocast_dtypes(
@@ -412,10 +489,28 @@ def autocast_dtypes(
     """Run each op inside ``torch.autocast`` and report the dtype of its output.
 
     Each op is called twice inside ``torch.autocast(device_type, dtype=dtype)``: on
-    ``example`` as float32 and on ``example`` cast to ``dtype``. An op cast to lower
-    precision gives ``dtype`` both times, one cast to float32 gives float32 both times,
-    and one autocast leaves alone gives its input's dtype (:attr:`AutocastRow.policy`).
-    Other inputs an op needs (weights, targets) are closed over by the op itself.
+    ``example`` as float32 and on ``example`` cast to ``dtype``; then on both again
+    with autocast off, to tell autocast's casts from the op's own dtypes. The verdict,
+    :attr:`AutocastRow.policy`, is one of:
+
+    - ``"lower precision"``: ``dtype`` both times in autocast, and not so from float32
+      without it: autocast cast the op down (``mm``, ``linear``).
+    - ``"float32"``: float32 both times in autocast, and not so from ``dtype`` without
+      it: autocast cast the op up (``cross_entropy`` on CPU).
+    - ``"input dtype"``: each output has its input's dtype, in autocast and without it:
+      autocast left the op alone (``relu``; ``softmax`` on CPU).
+    - ``"same without autocast"``: any other outputs that are the same with autocast
+      off: they are the op's own dtypes, not autocast's, from type promotion with a
+      float32 tensor the op closes over (``t * w``, ``torch.cat([t, w])``) or from a
+      cast in the op (``t.to(torch.bfloat16)``).
+    - ``"other"``: none of these.
+
+    Other inputs an op needs (weights, targets) are closed over by the op itself. To
+    ask for the op's own policy, make the floating-point ones in the input's dtype,
+    ``lambda t: F.mse_loss(t, torch.zeros_like(t))``: a float32 target would make the
+    loss float32 from a ``dtype`` input anyway, autocast or not, and the row says
+    ``"same without autocast"``. A weight of a product can stay float32, since the
+    product refuses mixed dtypes without autocast.
 
     Args:
         ops: each op's name and a function of one tensor that returns a tensor.
@@ -435,6 +530,10 @@ def autocast_dtypes(
             too large.
         RuntimeError: autocast does not enable itself for ``device_type`` and
             ``dtype`` here (``"cuda"`` without CUDA); torch's warning is quoted.
+        Exception: an op raised inside autocast: an error of the same type (a
+            RuntimeError where that type cannot be made from a message) whose message
+            starts ``ops['name'] raised:``, chained to the op's own. An error without
+            autocast is no error: the row shows None.
 
     Example:
         >>> import torch
@@ -444,6 +543,9 @@ def autocast_dtypes(
         ... )
         >>> table["mm"].policy, table["exp"].policy
         ('lower precision', 'input dtype')
+        >>> row = autocast_dtypes({"scaled": lambda t: t * w[0]}, torch.ones(2, 3))["scaled"]
+        >>> row.from_lower, row.plain_from_lower, row.policy
+        (torch.float32, torch.float32, 'same without autocast')
     """
     check_type("ops", ops, Mapping, "a mapping of names to functions")
     if not ops:
@@ -471,17 +573,9 @@ def autocast_dtypes(
         raise ValueError(msg)
     check_count(
         "example", example.numel(), limit=MAX_EXAMPLE_ELEMENTS, what="elements",
-        work="it is copied to float32 and to dtype, and every op runs on both",
+        work="it is copied to float32 and to dtype; every op runs on both, twice",
     )  # fmt: skip
-    as_float32 = example.detach().to(torch.float32)
-    as_lower = example.detach().to(dtype)
-    rows = tuple(
-        AutocastRow(
-            name=name,
-            lower=dtype,
-            from_float32=_run(name, op, as_float32, region),
-            from_lower=_run(name, op, as_lower, region),
-        )
-        for name, op in ops.items()
-    )
+    examples = (example.detach().to(torch.float32), example.detach().to(dtype))
+    regions = (region, _plain(device_type))
+    rows = tuple(_autocast_row(name, op, examples, regions) for name, op in ops.items())
     return AutocastTable(device_type=device_type, dtype=dtype, rows=rows)

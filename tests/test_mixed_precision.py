@@ -240,10 +240,12 @@ CPU_OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "mm": lambda t: t @ W,
     "linear": lambda t: F.linear(t, W),
     "cross_entropy": lambda t: F.cross_entropy(t, TARGET),
-    "mse_loss": lambda t: F.mse_loss(t, torch.zeros(4, 8)),
+    "mse_loss": lambda t: F.mse_loss(t, torch.zeros_like(t)),  # the target in t's dtype
     "softmax": lambda t: t.softmax(-1),
+    "exp": torch.exp,
     "sum": torch.sum,
     "relu": torch.relu,
+    "max": torch.max,
 }
 
 
@@ -252,6 +254,15 @@ def plain_autocast(
 ) -> torch.dtype:
     with torch.autocast("cpu", dtype=dtype):
         return op(t).dtype
+
+
+def without_autocast(
+    op: Callable[[torch.Tensor], torch.Tensor], t: torch.Tensor
+) -> torch.dtype | None:
+    try:
+        return op(t).dtype
+    except RuntimeError:  # a product of bfloat16 and float32
+        return None
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -263,11 +274,80 @@ def test_autocast_dtypes_are_plain_autocasts(dtype: torch.dtype) -> None:
     for name, op in CPU_OPS.items():
         assert table[name].from_float32 == plain_autocast(op, example, dtype)
         assert table[name].from_lower == plain_autocast(op, example.to(dtype), dtype)
+        assert table[name].plain_from_float32 == without_autocast(op, example)
+        assert table[name].plain_from_lower == without_autocast(op, example.to(dtype))
         assert table[name].lower == dtype
     assert table.names("lower precision") == ("mm", "linear")
     assert table.names("float32") == ("cross_entropy", "mse_loss")
-    assert table.names("input dtype") == ("softmax", "sum", "relu")
-    assert table.names("other") == ()
+    assert table.names("input dtype") == ("softmax", "exp", "sum", "relu", "max")
+    assert table.names("same without autocast") == table.names("other") == ()
+    # without autocast, a product of a lower-precision input and a float32 weight raises
+    assert (table["mm"].plain_from_float32, table["mm"].plain_from_lower) == (torch.float32, None)
+    assert (table["mse_loss"].plain_from_float32, table["mse_loss"].plain_from_lower) == (
+        torch.float32,
+        dtype,
+    )
+
+
+# found in review: each of these gave float32 (or the lower dtype) from both inputs, by
+# type promotion with a float32 tensor or by a cast of its own, autocast or not, and was
+# reported as autocast's cast up ("float32") or down ("lower precision"), or as "other"
+# (a cast to the half type autocast does not use)
+PROMOTING_OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "times float32 w": lambda t: t * W[:4],
+    "plus float32 w": lambda t: torch.add(t, W[:4]),
+    "cat with float32 w": lambda t: torch.cat([t, W[:4]]),
+    "mse_loss, float32 target": lambda t: F.mse_loss(t, torch.zeros(4, 8)),
+    "to bfloat16": lambda t: t.to(torch.bfloat16),
+    "to float16": lambda t: t.to(torch.float16),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", list(PROMOTING_OPS))
+def test_type_promotion_and_an_ops_own_cast_are_not_autocasts(
+    name: str, dtype: torch.dtype
+) -> None:
+    op = PROMOTING_OPS[name]
+    example = torch.randn(4, 8)
+    row = autocast_dtypes({name: op}, example, dtype=dtype)[name]
+    assert row.policy == "same without autocast"
+    assert (row.from_float32, row.from_lower) == (
+        plain_autocast(op, example, dtype),
+        plain_autocast(op, example.to(dtype), dtype),
+    )
+    assert (row.plain_from_float32, row.plain_from_lower) == (
+        without_autocast(op, example),
+        without_autocast(op, example.to(dtype)),
+    )
+    assert (row.plain_from_float32, row.plain_from_lower) == (row.from_float32, row.from_lower)
+
+
+def test_a_target_in_the_inputs_dtype_shows_the_ops_own_policy() -> None:
+    table = autocast_dtypes(
+        {
+            "float32 target": lambda t: F.mse_loss(t, torch.zeros(4, 8)),
+            "zeros_like target": lambda t: F.mse_loss(t, torch.zeros_like(t)),
+            "float32 w": lambda t: t * W[:4],
+            "bfloat16 w": lambda t: t * W[:4].bfloat16(),
+        },
+        torch.randn(4, 8),
+    )
+    assert table.names("same without autocast") == ("float32 target", "float32 w")
+    assert table.names("float32") == ("zeros_like target",)
+    assert table.names("input dtype") == ("bfloat16 w",)
+
+
+def test_an_enclosing_autocast_region_does_not_reach_the_runs_without_autocast() -> None:
+    with torch.autocast("cpu", dtype=torch.float16):
+        table = autocast_dtypes({"mm": CPU_OPS["mm"], "relu": torch.relu}, torch.randn(4, 8))
+        assert torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("cpu") == torch.float16
+    assert (table["mm"].plain_from_float32, table["mm"].policy) == (
+        torch.float32,
+        "lower precision",
+    )
+    assert table["relu"].policy == "input dtype"
 
 
 @settings(deadline=None, max_examples=25)
@@ -281,27 +361,42 @@ def test_the_example_is_used_as_float32_and_as_the_lower_dtype(
     rows: int, cols: int, dtype: torch.dtype, source: torch.dtype
 ) -> None:
     seen: list[torch.dtype] = []
+    autocast: list[bool] = []
 
     def record(t: torch.Tensor) -> torch.Tensor:
         seen.append(t.dtype)
+        autocast.append(torch.is_autocast_enabled("cpu"))
         assert t.shape == (rows, cols)
         assert not t.requires_grad
         return t.clone()
 
     example = torch.ones(rows, cols, dtype=source, requires_grad=True)
     row = autocast_dtypes({"clone": record}, example, dtype=dtype)["clone"]
-    assert seen == [torch.float32, dtype]
+    assert seen == [torch.float32, dtype, torch.float32, dtype]
+    assert autocast == [True, True, False, False]
     assert (row.from_float32, row.from_lower, row.policy) == (torch.float32, dtype, "input dtype")
+    assert (row.plain_from_float32, row.plain_from_lower) == (torch.float32, dtype)
     assert not torch.is_autocast_enabled("cpu")  # the region is left
 
 
 def test_policy_names_every_combination() -> None:
     bf, f32, f64 = torch.bfloat16, torch.float32, torch.float64
-    assert AutocastRow("a", bf, bf, bf).policy == "lower precision"
-    assert AutocastRow("a", bf, f32, f32).policy == "float32"
-    assert AutocastRow("a", bf, f32, bf).policy == "input dtype"
-    assert AutocastRow("a", bf, f64, f64).policy == "other"
-    assert AutocastRow("a", bf, bf, f32).policy == "other"
+    # (from float32, from bfloat16) in autocast, then the same without it; None: raised
+    assert AutocastRow("a", bf, bf, bf, f32, None).policy == "lower precision"  # mm
+    assert AutocastRow("a", bf, bf, bf, None, bf).policy == "lower precision"  # t @ w.bfloat16()
+    assert AutocastRow("a", bf, bf, bf, f32, bf).policy == "lower precision"
+    assert AutocastRow("a", bf, bf, bf, bf, f32).policy == "other"
+    assert AutocastRow("a", bf, f32, f32, f32, bf).policy == "float32"  # cross_entropy
+    assert AutocastRow("a", bf, f32, f32, f32, None).policy == "float32"  # cdist on CPU
+    assert AutocastRow("a", bf, f32, f32, bf, f32).policy == "other"
+    assert AutocastRow("a", bf, f32, bf, f32, bf).policy == "input dtype"  # relu
+    assert AutocastRow("a", bf, f32, bf, None, bf).policy == "other"  # index_copy of bfloat16
+    assert AutocastRow("a", bf, f32, f32, f32, f32).policy == "same without autocast"  # t * w
+    assert AutocastRow("a", bf, bf, bf, bf, bf).policy == "same without autocast"  # t.bfloat16()
+    assert AutocastRow("a", bf, f64, f64, f64, f64).policy == "same without autocast"
+    assert AutocastRow("a", bf, f64, f64, f32, bf).policy == "other"
+    assert AutocastRow("a", bf, bf, f32, bf, f32).policy == "same without autocast"
+    assert AutocastRow("a", bf, bf, f32, f32, bf).policy == "other"
 
 
 def test_autocast_table_renders_as_text_and_html() -> None:
@@ -322,9 +417,58 @@ def test_an_op_that_raises_leaves_no_autocast_region_behind() -> None:
     def broken(t: torch.Tensor) -> torch.Tensor:
         raise ZeroDivisionError("op failed")
 
-    with pytest.raises(ZeroDivisionError, match="op failed"):
+    with pytest.raises(ZeroDivisionError, match=r"^ops\['broken'\] raised: op failed$"):
         autocast_dtypes({"broken": broken}, torch.ones(2))
     assert not torch.is_autocast_enabled("cpu")
+
+
+# found in review: torch's error came through naming no op: "RuntimeError: expected m1
+# and m2 to have the same dtype, but got: c10::BFloat16 != double"
+def test_an_op_that_raises_in_autocast_is_named_and_chained() -> None:
+    ops = {"relu": torch.relu, "float64 mm": lambda t: t @ W.double()}
+    with pytest.raises(RuntimeError) as caught:
+        autocast_dtypes(ops, torch.randn(4, 8))
+    message = str(caught.value)
+    assert message.startswith("ops['float64 mm'] raised: expected m1 and m2 to have the same")
+    assert type(caught.value) is RuntimeError
+    cause = caught.value.__cause__
+    assert type(cause) is RuntimeError
+    assert message == f"ops['float64 mm'] raised: {cause}"
+    assert not torch.is_autocast_enabled("cpu")
+
+
+class TwoArgumentError(Exception):
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(code, why)
+
+
+def test_an_error_that_takes_no_message_is_named_as_a_runtime_error() -> None:
+    def broken(t: torch.Tensor) -> torch.Tensor:
+        raise TwoArgumentError(3, "odd")
+
+    with pytest.raises(RuntimeError, match=r"ops\['odd'\] raised TwoArgumentError: \(3, 'odd'\)"):
+        autocast_dtypes({"odd": broken}, torch.ones(2))
+    with pytest.raises(RuntimeError) as caught:
+        autocast_dtypes({"odd": broken}, torch.ones(2))
+    assert isinstance(caught.value.__cause__, TwoArgumentError)
+
+
+def test_an_op_that_raises_only_without_autocast_gets_a_row() -> None:
+    calls: list[bool] = []
+
+    def only_in_autocast(t: torch.Tensor) -> torch.Tensor:
+        calls.append(torch.is_autocast_enabled("cpu"))
+        if not torch.is_autocast_enabled("cpu"):
+            raise ValueError("needs autocast")
+        return t.to(torch.bfloat16)
+
+    row = autocast_dtypes({"only": only_in_autocast}, torch.ones(2))["only"]
+    assert calls == [True, True, False, False]
+    assert (row.plain_from_float32, row.plain_from_lower, row.policy) == (
+        None,
+        None,
+        "lower precision",
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
