@@ -434,9 +434,13 @@ def pad_collate(
             dtype and device (``pad_sequence`` would silently convert the others to the
             first one's dtype), and the padded batch holds at most :data:`MAX_PADDED`
             elements.
-        padding_value: the value written after the end of the shorter sequences: a
-            number the sequences' dtype holds exactly (an integer for integer dtypes,
-            0 or 1 for bool; infinities and NaN only for floating point).
+        padding_value: the value written after the end of the shorter sequences,
+            which the sequences' dtype must hold exactly: an integer in its range for
+            integer dtypes; for floating point (and complex) dtypes, a number that
+            converting to the dtype leaves unchanged (``-1.0``, ``0.5`` or ``2**24``
+            for float32, not ``0.1`` nor ``1e-50``, which would become other numbers),
+            or an infinity or NaN where the dtype has one; 0, 1, False or True for
+            bool. A bool is taken for bool sequences only.
 
     Returns:
         A :class:`PaddedBatch` of ``sequences`` ``(batch, longest, *)``, ``lengths``
@@ -447,7 +451,8 @@ def pad_collate(
             a sequence is not dense, the sequences' trailing shapes, dtypes or devices
             differ, or their dtype cannot hold ``padding_value``.
         TypeError: ``batch`` is not a sequence, a sequence is not a tensor of at least
-            one dimension, or ``padding_value`` is not a number.
+            one dimension, or ``padding_value`` is not a number (or is a bool, and the
+            sequences are not bool).
 
     Example:
         >>> out = pad_collate([(torch.ones(2), 0), (torch.ones(1), 1)], padding_value=-1.0)
@@ -500,30 +505,61 @@ def pad_collate(
         work="pad_collate writes every sequence padded to the longest",
     )  # fmt: skip
     _check_fits("padding_value", padding_value, sequences[0].dtype)
+    if float(padding_value) == padding_value or math.isnan(padding_value):
+        # pad_sequence takes the value as a C double
+        padded = pad_sequence(sequences, batch_first=True, padding_value=padding_value)
+    else:  # an integer beyond 2**53: a double would round it (or overflow at 2**63 - 1)
+        first = sequences[0]
+        padded = first.new_full((len(sequences), longest, *first.shape[1:]), padding_value)
+        for row, sequence in enumerate(sequences):
+            padded[row, : len(sequence)] = sequence
     return PaddedBatch(
-        sequences=pad_sequence(sequences, batch_first=True, padding_value=padding_value),
+        sequences=padded,
         lengths=torch.tensor([len(s) for s in sequences], dtype=torch.int64),
         labels=default_collate([item[1] for item in batch]),
     )
 
 
 def _check_fits(name: str, value: Any, dtype: torch.dtype) -> None:
-    """Refuse a number that ``dtype`` cannot hold exactly (torch would round or fail)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """Refuse a number that ``dtype`` cannot hold exactly (torch would round or fail),
+    and a bool unless ``dtype`` is bool."""
+    if isinstance(value, bool) and dtype != torch.bool:
+        msg = (
+            f"{name} must be a number, got bool: {value!r} (a bool only for bool "
+            f"sequences; these are {dtype})"
+        )
+        raise TypeError(msg)
+    if not isinstance(value, int | float):
         msg = f"{name} must be a number, got {type(value).__name__}: {_shown(value)}"
         raise TypeError(msg)
+    why = ""
     if dtype == torch.bool:
         fits = value in (0, 1)
     elif dtype.is_floating_point or dtype.is_complex:
-        infinite = isinstance(value, float) and not math.isfinite(value)  # or NaN
-        fits = infinite or abs(value) <= torch.finfo(dtype).max  # exact for huge ints
+        why = _changed_by(value, dtype)
+        fits = not why
     else:
         info = torch.iinfo(dtype)
         integral = isinstance(value, int) or value.is_integer()
         fits = integral and info.min <= value <= info.max
     if not fits:
-        msg = f"{name} must fit {dtype}, the sequences' dtype, got {_shown(value)}"
+        msg = f"{name} must fit {dtype}, the sequences' dtype, got {_shown(value)}{why}"
         raise ValueError(msg)
+
+
+def _changed_by(value: float, dtype: torch.dtype) -> str:
+    """How converting ``value`` (an int or a float) to the floating point or complex
+    ``dtype`` would change it, or "" if it would not (NaN: if it stays NaN)."""
+    largest = torch.finfo(dtype).max
+    infinite = isinstance(value, float) and math.isinf(value)
+    if not infinite and abs(value) > largest:  # exact for huge ints; False for NaN
+        return f": beyond its largest finite number, {largest}"
+    held = torch.tensor(float(value), dtype=dtype).item()
+    if isinstance(value, float) and math.isnan(value):
+        same = math.isnan(complex(held).real)
+    else:
+        same = held == value  # exact for ints: 2**53 + 1 is not 2.0**53
+    return "" if same else f": it would become {_shown(held)}"
 
 
 def distributed_split(

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import torch
 
-from pytorch_memo._checks import check_device
+from pytorch_memo._checks import _shown, check_device
 
 __all__ = ["pick_device"]
 
 
+_SUPPORTED = ("cpu", "cuda", "mps", "meta")
+"""The device types :func:`pick_device` takes."""
+
+
 def _available(device: torch.device) -> tuple[bool, str]:
-    """Whether ``device`` can hold tensors here, and why not when it cannot."""
+    """Whether ``device`` (of a type in ``_SUPPORTED``) can hold tensors here, and
+    why not when it cannot."""
     kind = device.type
     if kind in ("cpu", "meta"):
         return True, ""
@@ -24,11 +29,9 @@ def _available(device: torch.device) -> tuple[bool, str]:
         if index < count:
             return True, ""
         return False, f"torch.cuda.device_count() is {count}"
-    if kind == "mps":
-        if torch.backends.mps.is_available() and (device.index or 0) == 0:
-            return True, ""
-        return False, "torch.backends.mps.is_available() is False or the index is not 0"
-    return False, f"pick_device knows cpu, cuda, mps and meta, not {kind!r}"
+    if torch.backends.mps.is_available() and (device.index or 0) == 0:
+        return True, ""
+    return False, "torch.backends.mps.is_available() is False or the index is not 0"
 
 
 def pick_device(prefer: str | torch.device | None = None) -> torch.device:
@@ -48,10 +51,14 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
 
     Raises:
         TypeError: ``prefer`` is neither a string, a device nor None.
-        ValueError: ``prefer`` is not a device string torch understands, or names a
-            CPU other than ``"cpu"`` (torch has one CPU device: ``"cpu:1"`` is refused,
-            ``"cpu:0"`` gives ``device(type='cpu')``).
-        RuntimeError: ``prefer`` names a device this machine does not have.
+        ValueError: ``prefer`` is not a device string torch understands, names a
+            device type other than cpu, cuda, mps and meta (``"xpu"``, ``"xla"``...),
+            or names a CPU or meta device other than the one there is: torch has one
+            CPU device and one meta device (a tensor made on ``"cpu:1"`` or ``"meta:5"``
+            lands on ``"cpu"`` or ``"meta"``), so ``"cpu:1"`` and ``"meta:5"`` are
+            refused, and ``"cpu:0"`` and ``"meta:0"`` give ``device(type='cpu')`` and
+            ``device(type='meta')``.
+        RuntimeError: ``prefer`` names a cuda or mps device this machine does not have.
 
     Example:
         >>> pick_device("cpu")
@@ -67,6 +74,21 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
         return torch.device("cpu")
     device = check_device("prefer", prefer, optional=True)
     assert device is not None  # None was handled above
+    if device.type not in _SUPPORTED:
+        msg = (
+            "prefer must be a cpu, cuda, mps or meta device (the types pick_device "
+            f"supports), got {_shown(prefer)}"
+        )
+        raise ValueError(msg)
+    if device.type == "meta":
+        if device.index not in (None, 0):
+            msg = (
+                f"prefer must be 'meta' or 'meta:0' for the meta device, got "
+                f"{_shown(prefer)}: torch has one meta device (a tensor made on 'meta:1' "
+                "lands on 'meta')"
+            )
+            raise ValueError(msg)
+        device = torch.device("meta")  # "meta:0" is the same device
     ok, why = _available(device)
     if not ok:
         msg = f"prefer={prefer!r} is not available on this machine: {why}"

@@ -13,6 +13,7 @@ timeout, and ends with ``destroy_process_group``.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import math
 import multiprocessing as mp
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -89,10 +91,69 @@ _JOINED, _JOIN_FAILED, _FAILED = "ok", "join failed", "failed"
 _GRACE = 5.0
 """Seconds the other ranks are given to report after one rank failed; then they are
 stopped (they may be waiting for the failed rank in a collective)."""
+_UNLOADABLE = (
+    "the started process could not load the worker (it imports the worker's module and "
+    "finds the worker there by name: define it at module level in a .py file it can "
+    "import)\n"
+)
+
+
+class _Recorder(pickle.Pickler):
+    """A pickler that notes the functions and classes it pickles (by reference)."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file)
+        self.by_reference: list[Any] = []
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type | types.FunctionType):
+            self.by_reference.append(obj)
+        return NotImplemented  # pickle it as usual
+
+
+def _main_reaches_children() -> bool:
+    """Whether a started process can import the functions ``__main__`` defines.
+
+    multiprocessing re-runs ``__main__`` in each started process, from its module name
+    (``python -m mod``) or from its file (``python script.py``), but not a package's
+    ``__main__`` module (``python -m pkg``), and there is neither for a notebook kernel,
+    ``python -c`` or an interactive session (``multiprocessing.spawn``).
+    """
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return name != "__main__" and not name.endswith(".__main__")
+    return getattr(main, "__file__", None) is not None
+
+
+def _pickled_worker(worker: Callable[..., Any]) -> bytes:
+    """``worker`` pickled for the started processes, or a TypeError for one that pickle
+    refuses or that refers to a ``__main__`` they cannot import."""
+    buffer = io.BytesIO()
+    recorder = _Recorder(buffer)
+    try:
+        recorder.dump(worker)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        msg = (
+            f"worker must be a module-level function that pickle can send to another "
+            f"process, got {worker!r} ({error})"
+        )
+        raise TypeError(msg) from None
+    for obj in recorder.by_reference:
+        if getattr(obj, "__module__", None) == "__main__" and not _main_reaches_children():
+            msg = (
+                f"worker must be a module-level function that pickle can send to another "
+                f"process, got {worker!r}: {obj.__qualname__!r} is defined in __main__, "
+                "which has no file a started process could import (a notebook, python -c, "
+                "an interactive session); define it in a module (a .py file next to the "
+                "notebook or on sys.path) and import it from there"
+            )
+            raise TypeError(msg)
+    return buffer.getvalue()
 
 
 def _entry(
-    worker: Callable[..., Any],
+    task: bytes,
     args: tuple[Any, ...],
     rank: int,
     world_size: int,
@@ -100,7 +161,19 @@ def _entry(
     timeout: float,
     results: Any,
 ) -> None:
-    """Body of one started process: set torchrun's variables, join, work, leave."""
+    """Body of one started process: load the worker, set torchrun's variables, join,
+    work, leave.
+
+    The worker comes pickled (``task``) and is loaded here, not by multiprocessing
+    before this runs: a worker this process cannot load is then reported to the parent
+    with its traceback, instead of being printed on this process's stderr (out of
+    sight in a notebook) before it exits with code 1.
+    """
+    try:
+        worker = pickle.loads(task)
+    except BaseException:  # noqa: BLE001 - any failure is reported to the parent
+        results.put((rank, _FAILED, _UNLOADABLE + traceback.format_exc()))
+        return
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),  # one machine: the rank on this machine is the rank
@@ -154,7 +227,7 @@ def _stop(procs: list[Any], deadline: float | None) -> None:
 
 
 def _launch(
-    worker: Callable[..., Any], args: tuple[Any, ...], world_size: int, deadline: float
+    task: bytes, args: tuple[Any, ...], world_size: int, deadline: float
 ) -> dict[int, tuple[str, Any]]:
     """Start the ranks once and collect their reports (all, or up to a failed join)."""
     ctx = _context()
@@ -166,7 +239,7 @@ def _launch(
     procs = [
         ctx.Process(
             target=_entry,
-            args=(worker, args, rank, world_size, port, timeout, results),
+            args=(task, args, rank, world_size, port, timeout, results),
             daemon=False,
         )
         for rank in range(world_size)
@@ -232,8 +305,11 @@ def run_workers(
     ``dist.init_process_group("gloo")`` (which reads them), runs the worker and calls
     ``dist.destroy_process_group()``. Processes start fresh (``forkserver``, or
     ``spawn``), so the worker must be importable: a function defined at module level in
-    a file, not in a notebook; a script that calls this needs the
-    ``if __name__ == "__main__":`` guard.
+    a file, not in a notebook, ``python -c`` or an interactive session (whose
+    ``__main__`` a started process cannot import: such a worker is refused before
+    anything starts); a script that calls this needs the ``if __name__ == "__main__":``
+    guard. The worker is pickled once, here, and loaded in each process before it
+    joins; a process that cannot load it reports why, as a failed rank.
 
     Joining the group on localhost occasionally fails with gloo's "Connection closed
     by peer" (PyTorch's own gloo tests saw the same); such a failed join is retried
@@ -242,7 +318,8 @@ def run_workers(
     and its traceback is raised.
 
     Args:
-        worker: a module-level function; it finds its rank with ``dist.get_rank()``.
+        worker: a module-level function, or a ``functools.partial`` of one; it finds
+            its rank with ``dist.get_rank()``.
         *args: positional arguments for ``worker`` (picklable).
         world_size: how many processes (ranks), at least 1 and at most
             :data:`MAX_PROCESSES`.
@@ -259,11 +336,14 @@ def run_workers(
     has to be stopped is killed together with every process it started.
 
     Raises:
-        TypeError: ``worker`` is not callable or cannot be pickled, ``world_size`` is
-            not an int, or ``timeout`` is not a number.
+        TypeError: ``worker`` is not callable, cannot be pickled (a lambda, a nested
+            function), or is or refers to a function or class defined in a
+            ``__main__`` that started processes cannot import (no file: a notebook,
+            ``python -c``, an interactive session); ``world_size`` is not an int, or
+            ``timeout`` is not a number.
         ValueError: ``world_size`` out of range, or ``timeout`` not positive and finite.
-        RuntimeError: a rank raised (the message holds its traceback), or every
-            attempt to join failed.
+        RuntimeError: a rank raised or could not load the worker (the message holds
+            its traceback), or every attempt to join failed.
         TimeoutError: the ranks did not all finish within ``timeout`` (they are killed).
 
     Example:
@@ -273,17 +353,10 @@ def run_workers(
     check_callable("worker", worker)
     check_int("world_size", world_size, minimum=1, maximum=MAX_PROCESSES)
     check_seconds("timeout", timeout)
-    try:
-        pickle.dumps(worker)
-    except (pickle.PicklingError, AttributeError, TypeError) as error:
-        msg = (
-            f"worker must be a module-level function that pickle can send to another "
-            f"process, got {worker!r} ({error})"
-        )
-        raise TypeError(msg) from None
+    task = _pickled_worker(worker)
     deadline = time.monotonic() + timeout
     for _ in range(_JOIN_ATTEMPTS):
-        got = _launch(worker, args, world_size, deadline)
+        got = _launch(task, args, world_size, deadline)
         if all(status != _JOIN_FAILED for status, _ in got.values()):
             break
     failed = {r: p for r, (status, p) in got.items() if status != _JOINED}
@@ -478,7 +551,9 @@ def run_torchrun(*, nproc: int = 2, timeout: float = 180.0) -> list[dict[str, An
     Raises:
         TypeError: ``nproc`` is not an int, or ``timeout`` is not a number.
         ValueError: ``nproc`` out of range, or ``timeout`` not positive and finite.
-        RuntimeError: torchrun failed; the message ends with its stderr.
+        RuntimeError: torchrun failed (a nonzero exit status, as when the port it was
+            given is taken by the time it binds it, or no results printed); the
+            message gives the exit status and ends with the last lines of its stderr.
         subprocess.TimeoutExpired: it ran past ``timeout``.
 
     Example:
@@ -512,10 +587,41 @@ def run_torchrun(*, nproc: int = 2, timeout: float = 180.0) -> list[dict[str, An
             kill_tree(launcher.pid)
             launcher.communicate()
             raise
-    done = subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
-    ranks: list[dict[str, Any]] = json.loads(lines[-1])
+    ranks = _gathered(stdout) if launcher.returncode == 0 else None
+    if ranks is None:
+        failed = (
+            f"exited with status {launcher.returncode}"
+            if launcher.returncode
+            else "exited with status 0 but printed no results"
+        )
+        msg = f"torchrun {failed}; the end of its stderr:\n{_tail(stderr)}"
+        raise RuntimeError(msg)
     return ranks
+
+
+_TAIL_LINES = 40
+_TAIL_CHARS = 4000
+
+
+def _tail(text: str) -> str:
+    """The last lines of ``text`` (at most ``_TAIL_LINES`` lines and ``_TAIL_CHARS``
+    characters), or a word saying it is empty."""
+    lines = text.rstrip().splitlines()[-_TAIL_LINES:]
+    tail = "\n".join(lines)[-_TAIL_CHARS:]
+    return tail or "(nothing)"
+
+
+def _gathered(stdout: str) -> list[dict[str, Any]] | None:
+    """What rank 0 printed under torchrun (the last line that is a JSON list), or None."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("["):
+            try:
+                ranks = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(ranks, list):
+                return ranks
+    return None
 
 
 def _main() -> None:

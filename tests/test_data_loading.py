@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import operator
 import os
@@ -258,6 +259,21 @@ def test_pad_collate_names_a_nested_sequence() -> None:
         (torch.tensor([True]), 2, ValueError, "padding_value must fit torch.bool, the sequences' dtype, got 2"),
         (torch.ones(2), "0", TypeError, "padding_value must be a number, got str"),
         (torch.ones(2), True, TypeError, "padding_value must be a number, got bool"),
+        # a bool is taken for bool sequences only
+        (torch.tensor([1, 2]), False, TypeError,
+         r"padding_value must be a number, got bool: False \(a bool only for bool sequences; these are torch.int64\)"),
+        # before: silently rounded to another number (1e-50 to 0.0, like the real zeros)
+        (torch.ones(2), 1e-50, ValueError,
+         r"padding_value must fit torch.float32, the sequences' dtype, got 1e-50: it would become 0.0$"),
+        (torch.ones(2, dtype=torch.float16), 0.1, ValueError,
+         r"padding_value must fit torch.float16, .* got 0.1: it would become 0.0999755859375$"),
+        (torch.ones(2), 0.1, ValueError, r"torch.float32, .* got 0.1: it would become 0.10000000149011612$"),
+        (torch.ones(2), 2**24 + 1, ValueError, r"torch.float32, .* got 16777217: it would become 16777216.0$"),
+        (torch.ones(2, dtype=torch.float64), 2**53 + 1, ValueError, r"it would become 9007199254740992.0$"),
+        (torch.ones(2, dtype=torch.complex64), 0.1, ValueError,
+         r"torch.complex64, .* got 0.1: it would become \(0.10000000149011612\+0j\)$"),
+        (torch.ones(2, dtype=torch.float8_e4m3fn), float("inf"), ValueError,  # no infinity
+         r"torch.float8_e4m3fn, .* got inf: it would become 448.0$"),
     ],
 )  # fmt: skip
 def test_pad_collate_refuses_a_padding_value_the_dtype_cannot_hold(
@@ -271,16 +287,30 @@ def test_pad_collate_refuses_a_padding_value_the_dtype_cannot_hold(
 @pytest.mark.parametrize(
     ("sequence", "value"),
     [(torch.ones(2), float("-inf")), (torch.ones(2), float("nan")), (torch.tensor([1, 2]), -1),
-     (torch.tensor([1, 2]), 7.0), (torch.tensor([True]), 0)],
+     (torch.tensor([1, 2]), 7.0), (torch.tensor([True, True]), 0),
+     # before: "padding_value must be a number, got bool: True", though 1 was taken
+     (torch.tensor([False, False]), True), (torch.tensor([True, True]), False),
+     # values the floating dtype holds exactly
+     (torch.ones(2), float("inf")), (torch.ones(2), -1.0), (torch.ones(2), 2**24),
+     (torch.ones(2, dtype=torch.float16), 0.5), (torch.ones(2, dtype=torch.float64), 0.1),
+     (torch.ones(2, dtype=torch.complex64), float("nan")), (torch.ones(2), -0.0),
+     # before: pad_sequence took them as a C double, and 2**62 + 1 became 2**62 silently
+     # and 2**63 - 1 failed with torch's "value cannot be converted to type int64_t"
+     (torch.tensor([1, 2]), 2**62 + 1), (torch.tensor([1, 2]), 2**63 - 1),
+     (torch.tensor([1, 2]), -(2**63)), (torch.tensor([1, 2], dtype=torch.uint64), 2**64 - 1)],
 )  # fmt: skip
 def test_pad_collate_pads_with_any_value_the_dtype_holds(
     sequence: torch.Tensor, value: float
 ) -> None:
     out = pad_collate([(sequence, 0), (sequence[:1], 1)], padding_value=value)
     assert out.sequences.dtype == sequence.dtype
-    torch.testing.assert_close(
-        out.sequences[1, 1:], torch.full_like(sequence[1:], value), equal_nan=True
-    )
+    assert out.sequences[1, 1:].numel() == 1  # one padded element, compared exactly:
+    padded = out.sequences[1, 1].item()
+    if isinstance(value, float) and math.isnan(value):
+        assert math.isnan(complex(padded).real)
+    else:
+        assert padded == value  # exact, for ints beyond 2**53 too
+    torch.testing.assert_close(out.sequences[:, :1], torch.stack([sequence[:1]] * 2))
 
 
 def test_pad_collate_in_workers_matches_the_main_process() -> None:

@@ -55,9 +55,36 @@ def test_bad_strings(bad: str) -> None:
         pick_device(bad)
 
 
-def test_known_to_torch_but_not_here() -> None:
-    with pytest.raises(RuntimeError, match="knows cpu, cuda, mps and meta, not 'xla'"):
-        pick_device("xla")
+@pytest.mark.parametrize("other", ["xpu", "xla", "hpu:1", torch.device("xpu")])
+def test_a_device_type_pick_device_does_not_support_is_a_value_error(other: Any) -> None:
+    # before: RuntimeError "prefer='xpu' is not available on this machine: pick_device
+    # knows cpu, cuda, mps and meta, not 'xpu'", false on a machine with an XPU
+    shown = re.escape(repr(other))
+    with pytest.raises(
+        ValueError,
+        match=rf"^prefer must be a cpu, cuda, mps or meta device .*pick_device supports.*, got {shown}$",
+    ):
+        pick_device(other)
+
+
+@pytest.mark.parametrize("meta", ["meta:5", "meta:1", torch.device("meta", 3)])
+def test_a_meta_index_is_refused_like_a_cpu_index(meta: Any) -> None:
+    # before: accepted and returned as device(type='meta', index=5), though torch has
+    # one meta device: a tensor made there lands on 'meta'
+    assert torch.empty(1, device=meta).device == torch.device("meta")
+    shown = re.escape(repr(meta))
+    with pytest.raises(
+        ValueError,
+        match=rf"^prefer must be 'meta' or 'meta:0' for the meta device, got {shown}: torch has one",
+    ):
+        pick_device(meta)
+
+
+@pytest.mark.parametrize("meta", ["meta", "meta:0", torch.device("meta", 0)])
+def test_the_meta_device_however_spelled(meta: Any) -> None:
+    device = pick_device(meta)
+    assert device == torch.device("meta")  # before: device(type='meta', index=0) for "meta:0"
+    assert device.index is None
 
 
 def test_bad_type() -> None:

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.machinery
 import os
+import pickle
 import signal
 import socket
 import subprocess
+import sys
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+import pytorch_memo.distributed
 from pytorch_memo.distributed import (
     ENV_VARS,
     all_reduce_sum,
@@ -106,6 +113,126 @@ def test_an_unpicklable_worker_is_refused_before_any_process_runs() -> None:
         run_workers(lambda: 0, world_size=1)
 
 
+def test_a_nested_worker_is_refused_before_any_process_runs() -> None:
+    def nested() -> int:
+        return 0
+
+    with pytest.raises(TypeError, match=r"worker must be a module-level function .*<locals>"):
+        run_workers(nested, world_size=1)
+
+
+# -- a worker defined in a __main__ that the started processes cannot import --------------
+
+
+def _no_launch(*args: object) -> object:
+    raise AssertionError("run_workers started processes")
+
+
+def _fake_main(monkeypatch: pytest.MonkeyPatch, **attributes: object) -> types.ModuleType:
+    """Put a fresh module in place of ``__main__`` (no file, no spec unless given)."""
+    main = types.ModuleType("__main__")
+    for name, value in attributes.items():
+        setattr(main, name, value)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    return main
+
+
+def _defined_in(main: types.ModuleType) -> dict[str, Any]:
+    """A function and a callable class defined in ``main``, as a notebook cell would."""
+
+    def my_worker() -> int:
+        return 7
+
+    class MyWorker:
+        def __call__(self) -> int:
+            return 7
+
+    for obj in (my_worker, MyWorker):
+        obj.__module__, obj.__qualname__ = "__main__", obj.__name__
+        setattr(main, obj.__name__, obj)
+    return {"function": my_worker, "instance": MyWorker()}
+
+
+@pytest.mark.parametrize("kind", ["function", "partial", "instance"])
+@pytest.mark.parametrize("spec", [None, "pkg.__main__"])
+def test_a_worker_defined_in_an_unimportable_main_is_refused(
+    monkeypatch: pytest.MonkeyPatch, kind: str, spec: str | None
+) -> None:
+    # before: pickle took it (by reference to __main__), the started processes could
+    # not find it ("Can't get attribute 'my_worker' on <module '__main__' (built-in)>"
+    # on their stderr, out of sight in a notebook), and the caller got only "a worker
+    # process exited with code 1". A notebook kernel, python -c and an interactive
+    # session have a __main__ without a file; python -m pkg runs pkg.__main__, which
+    # multiprocessing does not re-run in the processes it starts.
+    main = _fake_main(
+        monkeypatch, __spec__=importlib.machinery.ModuleSpec(spec, None) if spec else None
+    )
+    defined = _defined_in(main)
+    worker = {
+        "function": defined["function"],
+        "partial": functools.partial(ddp_step, defined["function"]),
+        "instance": defined["instance"],
+    }[kind]
+    monkeypatch.setattr(pytorch_memo.distributed, "_launch", _no_launch)
+    name = "MyWorker" if kind == "instance" else "my_worker"
+    with pytest.raises(
+        TypeError,
+        match=rf"^worker must be a module-level function that pickle can send to another "
+        rf"process, got .*: '{name}' is defined in __main__, which has no file a started "
+        r"process could import .* define it in a module",
+    ):
+        run_workers(worker, world_size=2)
+
+
+@pytest.mark.parametrize(
+    "main",
+    [
+        {"__file__": "/somewhere/script.py"},
+        {"__spec__": importlib.machinery.ModuleSpec("script", None)},
+    ],
+    ids=["python script.py", "python -m script"],
+)
+def test_a_worker_defined_in_an_importable_main_is_taken(
+    monkeypatch: pytest.MonkeyPatch, main: dict[str, object]
+) -> None:
+    # multiprocessing re-runs the script (as __mp_main__) in each started process, which
+    # finds the worker there: run_workers takes it (and starts the processes)
+    defined = _defined_in(_fake_main(monkeypatch, **main))
+
+    def launch(*args: object) -> object:  # every rank returns its rank
+        return {rank: ("ok", pickle.dumps(rank)) for rank in range(2)}
+
+    monkeypatch.setattr(pytorch_memo.distributed, "_launch", launch)
+    for worker in (defined["function"], functools.partial(defined["function"])):
+        assert run_workers(worker, world_size=2) == [0, 1]
+    assert run_workers(defined["instance"], world_size=2) == [0, 1]
+
+
+def test_a_partial_of_a_module_level_worker_runs() -> None:
+    a, b = run_workers(functools.partial(ddp_step, 7, lr=0.5), 4, world_size=2, timeout=LOADED)
+    ref = reference_step(7, 4, lr=0.5)
+    for name, grad in ref["grads"].items():
+        assert torch.equal(a["grads"][name], b["grads"][name])
+        torch.testing.assert_close(a["grads"][name], grad, rtol=0, atol=1e-12)
+
+
+def test_a_worker_a_rank_cannot_load_is_reported_with_its_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker from a module that exists only in this process: pickle takes it, the
+    # started processes cannot import it. Before, each printed its traceback on its
+    # stderr and the caller got only "a worker process exited with code 1".
+    module = types.ModuleType("memo_only_here")
+    exec("def work():\n    return 0\n", module.__dict__)  # noqa: S102 - a test's own code
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    with pytest.raises(
+        RuntimeError,
+        match=r"rank 0 of 2: failed:\nthe started process could not load the worker "
+        r"(.|\n)*No module named 'memo_only_here'",
+    ):
+        run_workers(module.work, world_size=2, timeout=LOADED)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -139,6 +266,47 @@ def test_torchrun_sets_the_variables(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert env["RANK"] == env["LOCAL_RANK"] == str(rank)
         assert env["WORLD_SIZE"] == "2"
         assert env["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_a_torchrun_that_cannot_bind_its_port_raises_its_status_and_stderr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # before: IndexError "list index out of range" (its stdout had no results line)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(pytorch_memo.distributed, "free_port", lambda: taken.getsockname()[1])
+        with no_orphans(), pytest.raises(RuntimeError) as failed:
+            run_torchrun(nproc=2, timeout=LOADED)
+    message = str(failed.value)
+    assert message.startswith("torchrun exited with status 1; the end of its stderr:\n")
+    assert "address already in use" in message.lower()
+
+
+@pytest.mark.parametrize(
+    ("exit", "expected"),
+    [
+        ("sys.stderr.write('launcher refused\\n'); os._exit(3)",
+         "torchrun exited with status 3; the end of its stderr:\nlauncher refused"),
+        ("os._exit(0)",
+         "torchrun exited with status 0 but printed no results; the end of its stderr:\n(nothing)"),
+    ],
+    ids=["status 3", "status 0, no results"],
+)  # fmt: skip
+def test_a_torchrun_that_fails_or_prints_nothing_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit: str, expected: str
+) -> None:
+    # before: IndexError "list index out of range" for both. The launcher (the one
+    # process without LOCAL_RANK) exits at startup: Python imports sitecustomize from
+    # PYTHONPATH.
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import os, sys\nif 'LOCAL_RANK' not in os.environ:\n    {exit}\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{root}")
+    with pytest.raises(RuntimeError) as failed:
+        run_torchrun(nproc=1, timeout=LOADED)
+    assert str(failed.value) == expected
 
 
 def test_torchrun_rejects_bad_arguments() -> None:
