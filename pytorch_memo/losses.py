@@ -122,16 +122,35 @@ def _check_args(
             msg = f"{name} must be on input's device {input.device}, got {tensor.device}"
             raise ValueError(msg)
     if weight is not None:
-        check_tensor("weight", weight)
-        if weight.shape != (classes,):
-            msg = f"weight must have shape ({classes},), one per class, got {tuple(weight.shape)}"
-            raise ValueError(msg)
-        if not weight.is_floating_point() or weight.device != input.device:
-            msg = f"weight must be floating point on input's device {input.device}, got {weight.dtype} on {weight.device}"
-            raise ValueError(msg)
+        _check_weight(weight, input, classes, probabilities)
     if not probabilities and target.numel() and target.device.type != "meta":
         _check_classes(target, classes, ignore_index)
     return probabilities
+
+
+def _check_weight(
+    weight: torch.Tensor, input: torch.Tensor, classes: int, probabilities: bool
+) -> None:
+    """Class weights as ``F.cross_entropy`` takes them: with class indices of input's
+    dtype exactly (torch raises "expected scalar type Float but found Double"), with
+    probabilities of any real dtype (promoted with input and target)."""
+    check_tensor("weight", weight)
+    if weight.shape != (classes,):
+        msg = f"weight must have shape ({classes},), one per class, got {tuple(weight.shape)}"
+        raise ValueError(msg)
+    if weight.device != input.device:
+        msg = f"weight must be on input's device {input.device}, got {weight.device}"
+        raise ValueError(msg)
+    if not probabilities and weight.dtype != input.dtype:
+        msg = (
+            f"weight must be floating point of input's dtype {input.dtype} with class "
+            f"indices (F.cross_entropy refuses another), got {weight.dtype}; convert it, "
+            f"e.g. weight.to(input.dtype)"
+        )
+        raise ValueError(msg)
+    if weight.is_complex():
+        msg = f"weight must be real class weights, got {weight.dtype}"
+        raise ValueError(msg)
 
 
 def _check_classes(target: torch.Tensor, classes: int, ignore_index: int) -> None:
@@ -181,25 +200,38 @@ def cross_entropy_by_hand(
     is NaN, in torch too. Ignored positions are set to 0, never multiplied by 0.
     On ``meta`` tensors it returns a meta tensor of the result's shape, as torch does.
 
+    Dtypes are torch's too: with class indices ``weight`` must have ``input``'s dtype
+    (torch raises "expected scalar type Float but found Double" for a float64 weight
+    with float32 logits; this function a ``ValueError``) and the loss has that dtype.
+    With probabilities ``log_p``, ``q`` (smoothed in the target's dtype) and ``w`` are
+    multiplied with torch's type promotion: the loss has the dtype
+    ``torch.result_type`` gives for ``input``, ``target`` and ``weight`` (float64 for
+    float32 logits and float64 probabilities or weights; float32 for float16 logits
+    and bfloat16 probabilities).
+
     Args:
         input: logits of shape ``(C)``, ``(N, C)`` or ``(N, C, d1, ..., dk)``.
         target: class indices of shape ``()``, ``(N)`` or ``(N, d1, ..., dk)``, or
             class probabilities shaped like ``input``.
-        weight: one weight per class, shape ``(C,)``.
+        weight: one weight per class, shape ``(C,)``, on ``input``'s device: of
+            ``input``'s dtype with class indices, of any real dtype with probabilities.
         ignore_index: a class index whose positions count for nothing (class indices
             only: torch refuses any other value than -100 with probabilities).
         label_smoothing: ``e`` in ``[0, 1]``.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
 
     Returns:
-        A scalar loss, or one value per position for ``"none"``.
+        A scalar loss, or one value per position for ``"none"``: in ``input``'s dtype
+        with class indices, in the promoted dtype of ``input``, ``target`` and
+        ``weight`` with probabilities.
 
     Raises:
         TypeError: ``input``, ``target`` or ``weight`` is not a tensor, class indices
-            are not ``int64``, or an option has the wrong type.
+            are not ``int64`` or ``uint8``, or an option has the wrong type.
         ValueError: ``input`` is not float16, bfloat16, float32 or float64 logits, a
-            shape, dtype or device does not match, an option is out of range, or a
-            class index is outside ``[0, C)`` (and not ``ignore_index``).
+            shape, dtype or device does not match (``weight`` of another dtype than
+            ``input`` with class indices, or complex), an option is out of range, or
+            a class index is outside ``[0, C)`` (and not ``ignore_index``).
 
     Example:
         >>> import torch, torch.nn.functional as F
@@ -220,9 +252,10 @@ def cross_entropy_by_hand(
         input, target = input.unsqueeze(0), target.unsqueeze(0)
     classes = input.shape[1]
     log_p = torch.log_softmax(input, dim=1).movedim(1, -1)  # (N, d..., C)
-    w = torch.ones(classes, dtype=log_p.dtype, device=log_p.device)
-    if weight is not None:
-        w = weight.to(log_p.dtype)
+    # Class indices: weight has input's dtype (checked). Probabilities: torch promotes
+    # log_p, target and weight together, so no cast here (a float64 target or weight
+    # with float32 logits gives a float64 loss, as in torch).
+    w = torch.ones(classes, dtype=log_p.dtype, device=log_p.device) if weight is None else weight
     e = label_smoothing
 
     def reduce(per: torch.Tensor, divisor: torch.Tensor | int) -> torch.Tensor:
@@ -231,7 +264,7 @@ def cross_entropy_by_hand(
         return per.sum() if reduction == "sum" else per.sum() / divisor
 
     if probabilities:
-        q = target.movedim(1, -1).to(log_p.dtype)
+        q = target.movedim(1, -1)  # smoothed in its own dtype, as torch does
         if e > 0:
             q = q * (1 - e) + e / classes
         per = -(log_p * q * w).sum(-1)  # (N, d...)
@@ -466,7 +499,8 @@ def plot_distributions(
 
 def _check_logits(logits: torch.Tensor) -> None:
     """Logits to filter: floating point, with values, bounded, no NaN or +inf (-inf is a
-    candidate filtered out before, so keep_top_k and keep_top_p can be chained)."""
+    candidate filtered out before, so keep_top_k and keep_top_p can be chained), and a
+    finite logit in every row."""
     check_tensor("logits", logits)
     if logits.dim() == 0 or logits.shape[-1] == 0 or not logits.is_floating_point():
         msg = (
@@ -488,35 +522,56 @@ def _check_logits(logits: torch.Tensor) -> None:
             f"ranked), got {logits[where].item()} at index {where}"
         )
         raise ValueError(msg)
+    has_candidate = logits.detach().isfinite().any(dim=-1)
+    if not bool(has_candidate.all()):
+        where = tuple((~has_candidate).nonzero()[0].tolist())
+        row = f"logits[{', '.join(map(str, where))}]" if where else "its one row (1-D logits)"
+        msg = (
+            "logits must hold a finite logit in every row (a row of only -inf has no "
+            f"candidate left to draw: its softmax is NaN), got only -inf in {row}"
+        )
+        raise ValueError(msg)
+
+
+def _nucleus_dtype(device: torch.device) -> torch.dtype:
+    """The dtype :func:`keep_top_p` computes probabilities in: float64, but float32 on
+    MPS, which has no float64."""
+    return torch.float32 if device.type == "mps" else torch.float64
 
 
 def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Top-k filtering: keep the ``k`` largest logits of the last dimension, others -inf.
 
-    Exactly ``k`` candidates are kept in every row, even when logits tie at the border
-    (``torch.topk`` chooses among the tied ones); ``softmax`` of the result then puts
-    probability 0 on every other candidate, so sampling never draws them.
+    ``torch.topk`` picks exactly ``k`` logits in every row, choosing among the ones that
+    tie at the border; every other logit becomes ``-inf``, so ``softmax`` of the result
+    puts probability 0 on it and sampling never draws it. A ``-inf`` among the ``k``
+    largest (a candidate filtered out before, e.g. by :func:`keep_top_p`) stays
+    ``-inf``: a row with fewer than ``k`` finite logits keeps all of them, so fewer
+    than ``k`` candidates can then be drawn. Each row must hold a finite logit.
 
     Args:
         logits: floating-point logits, candidates in the last dimension.
         k: how many to keep, from 1 to ``logits.shape[-1]``.
 
     Returns:
-        A new tensor like ``logits`` with ``-inf`` outside the ``k`` kept candidates.
+        A new tensor like ``logits`` with ``-inf`` outside the ``k`` largest logits of
+        each row: ``min(k, f)`` finite logits in a row that has ``f`` of them.
 
     Raises:
         TypeError: ``logits`` is not a tensor, or ``k`` not an int.
         ValueError: ``logits`` is not float16, bfloat16, float32 or float64 (float8
             types are refused) with a non-empty last dimension, is a meta tensor,
-            has more than :data:`MAX_LOGITS` elements or holds NaN or
-            +inf (-inf is fine: a candidate filtered out before), or ``k`` is
-            outside ``[1, logits.shape[-1]]``.
-
+            has more than :data:`MAX_LOGITS` elements, holds NaN or +inf (-inf is
+            fine: a candidate filtered out before) or a row of only -inf (the error
+            gives the first such row's index), or ``k`` is outside
+            ``[1, logits.shape[-1]]``.
 
     Example:
         >>> import torch
         >>> keep_top_k(torch.tensor([1.0, 3.0, 2.0, 0.0]), 2)
         tensor([-inf, 3., 2., -inf])
+        >>> keep_top_k(torch.tensor([2.0, float("-inf"), 0.5, 1.0]), 4)  # 3 finite
+        tensor([2.0000,   -inf, 0.5000, 1.0000])
     """
     _check_logits(logits)
     check_int("k", k, minimum=1)
@@ -535,23 +590,32 @@ def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     Candidates are taken in order of decreasing probability (``softmax`` over the last
     dimension) until their sum reaches ``p``: a candidate is kept when the probability
     of the candidates before it is still below ``p``. The most likely candidate is
-    always kept, and ``p=1`` keeps every candidate.
+    always kept, and ``p=1`` keeps every finite candidate (a ``-inf`` stays ``-inf``).
+
+    The probabilities and their running sum are computed in float64 whatever the dtype
+    of ``logits`` (in float32 on MPS, which has no float64), so a float16, bfloat16 or
+    float32 row keeps exactly the set its values give in float64: a set whose
+    probability mass reaches ``p`` up to float64 rounding. In the logits' own dtype the
+    sums round too early: 1000 equal bfloat16 logits and ``p=0.9`` kept 897, not 900,
+    and even float32 leaves out the candidate that reaches ``p`` when ``p`` lies just
+    above a running sum, within float32 rounding (about ``1e-7``): a set short of
+    ``p`` by that candidate's probability.
 
     Args:
         logits: floating-point logits, candidates in the last dimension.
         p: the probability mass to cover, in ``(0, 1]``.
 
     Returns:
-        A new tensor like ``logits`` with ``-inf`` outside the kept candidates.
+        A new tensor like ``logits`` (same dtype) with ``-inf`` outside the kept
+        candidates.
 
     Raises:
         TypeError: ``logits`` is not a tensor, or ``p`` not a number.
         ValueError: ``logits`` is not float16, bfloat16, float32 or float64 (float8
             types are refused) with a non-empty last dimension, is a meta tensor,
-            has more than :data:`MAX_LOGITS` elements or holds NaN or
-            +inf (-inf is fine: a candidate filtered out before), or ``p`` is
-            outside ``(0, 1]``.
-
+            has more than :data:`MAX_LOGITS` elements, holds NaN or +inf (-inf is
+            fine: a candidate filtered out before) or a row of only -inf (the error
+            gives the first such row's index), or ``p`` is outside ``(0, 1]``.
 
     Example:
         >>> import torch
@@ -568,7 +632,8 @@ def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
         raise ValueError(msg)
     if p == 1:
         return logits.clone()
-    probs, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True, stable=True)
+    probs = torch.softmax(logits, dim=-1, dtype=_nucleus_dtype(logits.device))
+    probs, order = probs.sort(dim=-1, descending=True, stable=True)
     total = probs.cumsum(-1)
     before = torch.cat([torch.zeros_like(total[..., :1]), total[..., :-1]], dim=-1)
     kept = torch.zeros_like(logits, dtype=torch.bool)

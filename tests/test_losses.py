@@ -565,3 +565,198 @@ def test_bernstein_tolerance_for_huge_sigmas_and_n() -> None:
     assert far.isfinite().all()
     assert (far > 0).all()
     assert far[1] < 1e-8
+
+
+# -- hostile review of keep_top_k, keep_top_p and cross_entropy_by_hand --------------------
+
+
+def _nucleus_in_float64(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Which candidates top-p keeps when the same values are computed in float64."""
+    probs, order = torch.softmax(logits.double(), -1).sort(dim=-1, descending=True, stable=True)
+    total = probs.cumsum(-1)
+    before = torch.cat([torch.zeros_like(total[..., :1]), total[..., :-1]], -1)  # mass before
+    kept = torch.zeros_like(logits, dtype=torch.bool)
+    return kept.scatter_(-1, order, before < p)
+
+
+def _mass(logits: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """The float64 probability mass of the kept candidates, per row."""
+    return (torch.softmax(logits.double(), -1) * kept).sum(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("p", [0.5, 0.9, 0.99])
+def test_top_p_of_half_precision_logits_is_the_float64_set(
+    dtype: torch.dtype, seed: int, p: float
+) -> None:
+    # before: softmax and its running sum in float16/bfloat16, whose rounding (2**-11,
+    # 2**-8) kept a set short of p: 30150 of 50,000 bfloat16 logits where p=0.9 needs 30521
+    gen = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(3, 5000, generator=gen) * (seed + 1) / 2).to(dtype)
+    out = keep_top_p(logits, p)
+    assert out.dtype == dtype
+    kept = out.isfinite()
+    assert torch.equal(out[kept], logits[kept])  # the kept logits unchanged, in their dtype
+    assert torch.equal(kept, _nucleus_in_float64(logits, p))
+    assert (_mass(logits, kept) >= p).all()
+
+
+def test_top_p_reaches_p_in_the_reviewers_cases() -> None:
+    logits = torch.randn(50_000, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    kept = keep_top_p(logits, 0.9).isfinite()
+    assert kept.sum().item() == 30521  # before: 30150, a mass of 0.8966
+    assert torch.equal(kept, _nucleus_in_float64(logits, 0.9))
+    assert _mass(logits, kept).item() >= 0.9
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        flat = keep_top_p(torch.zeros(1000, dtype=dtype), 0.9)  # before: 897 in bfloat16
+        assert flat.isfinite().sum().item() == 900
+        assert flat.dtype == dtype
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_top_p_of_float32_logits_needs_float64_sums(seed: int) -> None:
+    # in float32 the running sum rounds up to p when p is within ~1e-7 above it: the
+    # candidate that reaches p was left out (the set fell short of p by its probability)
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(1000, generator=gen)
+    sums = torch.softmax(logits.double(), -1).sort(descending=True).values.cumsum(0)
+    for j in (0, 10, 500):
+        p = sums[j].item() + 1e-10  # j + 1 candidates fall short of p by 1e-10
+        kept = keep_top_p(logits, p).isfinite()
+        assert kept.sum().item() == j + 2
+        assert torch.equal(kept, _nucleus_in_float64(logits, p))
+        assert _mass(logits, kept).item() >= p
+    assert keep_top_p(torch.zeros(3), 1 / 3 + 1e-12).isfinite().sum().item() == 2
+
+
+def test_top_p_computes_in_float64_but_on_mps() -> None:
+    from pytorch_memo.losses import _nucleus_dtype
+
+    assert _nucleus_dtype(torch.device("cpu")) == torch.float64
+    assert _nucleus_dtype(torch.device("cuda", 0)) == torch.float64
+    assert _nucleus_dtype(torch.device("mps")) == torch.float32  # MPS has no float64
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [lambda x: keep_top_k(x, 1), lambda x: keep_top_k(x, 2), lambda x: keep_top_p(x, 0.5),
+     lambda x: keep_top_p(x, 1.0)],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    ("logits", "where"),
+    [
+        (torch.full((3,), float("-inf")), r"its one row \(1-D logits\)"),
+        (torch.tensor([[0.0, 1.0], [float("-inf"), float("-inf")]]), r"logits\[1\]"),
+        (torch.zeros(2, 3, 4).index_fill(1, torch.tensor([2]), float("-inf")), r"logits\[0, 2\]"),
+        (torch.full((2, 2), float("-inf"), dtype=torch.bfloat16), r"logits\[0\]"),
+    ],
+)
+def test_top_k_top_p_refuse_a_row_of_only_minus_inf(
+    keep: Callable[[torch.Tensor], torch.Tensor], logits: torch.Tensor, where: str
+) -> None:
+    # before: returned a row of -inf silently; its softmax is NaN and torch.multinomial
+    # fails later ("probability tensor contains either `inf`, `nan` or element < 0")
+    with pytest.raises(ValueError, match=rf"logits must hold a finite logit in every row .* got only -inf in {where}$"):  # fmt: skip
+        keep(logits)
+
+
+def test_top_k_leaves_a_minus_inf_among_the_k_largest_as_it_is() -> None:
+    # the documented rule (the docstring said "exactly k candidates are kept"): a -inf
+    # among the k largest stays -inf, so fewer than k candidates can be drawn
+    logits = torch.tensor([[2.0, float("-inf"), 0.5, 1.0], [0.0, 1.0, 2.0, 3.0]])
+    out = keep_top_k(logits, 4)
+    assert out.isfinite().sum(-1).tolist() == [3, 4]
+    assert torch.equal(out, logits)
+    draws = torch.multinomial(torch.softmax(out, -1), 500, replacement=True,
+                              generator=torch.Generator().manual_seed(0))  # fmt: skip
+    assert set(draws[0].tolist()) == {0, 2, 3}
+    assert keep_top_k(logits, 3)[0].isfinite().tolist() == [True, False, True, True]
+
+
+@pytest.mark.parametrize("keep", [lambda x: keep_top_k(x, 2), lambda x: keep_top_p(x, 0.9)])
+def test_top_k_top_p_refuse_nan_beside_minus_inf(
+    keep: Callable[[torch.Tensor], torch.Tensor],
+) -> None:
+    logits = torch.tensor([[0.0, 1.0], [float("-inf"), float("nan")]])
+    with pytest.raises(ValueError, match=r"logits must not hold NaN or \+inf .* got nan at index \(1, 1\)"):  # fmt: skip
+        keep(logits)
+
+
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+@pytest.mark.parametrize("x_dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("w_dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("options", [{}, {"label_smoothing": 0.1, "reduction": "none"}])
+def test_weight_of_another_dtype_with_class_indices_is_refused_as_torch_does(
+    x_dtype: torch.dtype, w_dtype: torch.dtype, options: dict[str, object]
+) -> None:
+    # before: the weight was cast to input's dtype silently (torch refuses it)
+    x, y = torch.randn(2, 3).to(x_dtype), torch.tensor([0, 2])
+    w = torch.tensor([0.5, 1.0, 2.0]).to(w_dtype)
+    if x_dtype == w_dtype:
+        ours = cross_entropy_by_hand(x, y, weight=w, **options)  # type: ignore[arg-type]
+        theirs = F.cross_entropy(x, y, weight=w, **options)  # type: ignore[arg-type]
+        assert ours.dtype == theirs.dtype == x_dtype
+        torch.testing.assert_close(ours, theirs)
+        return
+    with pytest.raises(RuntimeError, match="expected scalar type"):
+        F.cross_entropy(x, y, weight=w, **options)  # type: ignore[arg-type]
+    expected = rf"weight must be floating point of input's dtype {x_dtype} with class indices .* got {w_dtype}"
+    with pytest.raises(ValueError, match=expected):
+        cross_entropy_by_hand(x, y, weight=w, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("x_dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("t_dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("w_dtype", [None, *FLOATS], ids=str)
+def test_probability_targets_give_torchs_dtype_and_values(
+    x_dtype: torch.dtype, t_dtype: torch.dtype, w_dtype: torch.dtype | None
+) -> None:
+    # before: the target and the weight were cast to input's dtype: a float32 loss where
+    # torch gives float64 (float64 probabilities or weight), float16 where it gives float32
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 2, generator=gen, dtype=torch.float64)
+    y = torch.softmax(torch.randn(2, 3, 2, generator=gen, dtype=torch.float64), 1)
+    w = None if w_dtype is None else torch.tensor([0.5, 1.0, 2.0]).to(w_dtype)
+    x, y = x.to(x_dtype), y.to(t_dtype)
+    promoted = (
+        torch.result_type(x, y)
+        if w is None
+        else torch.promote_types(torch.result_type(x, y), w.dtype)
+    )
+    for options in ({}, {"reduction": "none"}, {"reduction": "sum", "label_smoothing": 0.1}):
+        ours = cross_entropy_by_hand(x, y, weight=w, **options)
+        theirs = F.cross_entropy(x, y, weight=w, **options)
+        assert ours.dtype == theirs.dtype == promoted
+        assert ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs)
+    meta = cross_entropy_by_hand(
+        x.to("meta"), y.to("meta"), weight=None if w is None else w.to("meta")
+    )
+    assert meta.dtype == promoted
+
+
+@pytest.mark.parametrize("weight", [torch.tensor([1, 2, 3]), torch.tensor([True, False, True])])
+def test_probability_targets_take_integer_and_bool_weights_as_torch_does(
+    weight: torch.Tensor,
+) -> None:
+    # before: refused ("weight must be floating point"), where torch promotes them
+    x, y = torch.randn(2, 3), torch.softmax(torch.randn(2, 3), 1)
+    for options in ({}, {"label_smoothing": 0.2, "reduction": "none"}):
+        ours = cross_entropy_by_hand(x, y, weight=weight, **options)  # type: ignore[arg-type]
+        theirs = F.cross_entropy(x, y, weight=weight, **options)  # type: ignore[arg-type]
+        assert ours.dtype == theirs.dtype == torch.float32
+        torch.testing.assert_close(ours, theirs)
+    with pytest.raises(ValueError, match=r"weight must be floating point of input's dtype torch.float32 .* got torch.int64"):  # fmt: skip
+        cross_entropy_by_hand(x, torch.tensor([0, 1]), weight=torch.tensor([1, 2, 3]))
+
+
+def test_a_complex_weight_is_refused_by_name() -> None:
+    # torch returns a complex "loss" for probability targets; a class weight is real
+    x, y = torch.randn(2, 3), torch.softmax(torch.randn(2, 3), 1)
+    with pytest.raises(
+        ValueError, match=r"weight must be real class weights, got torch\.complex64"
+    ):
+        cross_entropy_by_hand(x, y, weight=torch.ones(3, dtype=torch.complex64))
