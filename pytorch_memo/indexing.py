@@ -8,7 +8,8 @@ which element of the input each output element of ``torch.gather`` comes from,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,9 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from pytorch_memo._checks import (
+    _shown,
     check_axes,
     check_count,
     check_int,
+    check_ints,
     check_tensor,
     check_values,
 )
@@ -49,7 +52,7 @@ _INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 def _fmt(position: tuple[int, ...]) -> str:
-    return ", ".join(map(str, position))
+    return ", ".join(map(str, position)) if position else "()"  # a 0-d tensor's element
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,9 @@ class GatherStep:
 
     ``output`` is its position in the output (and in ``index``); ``source`` is the
     position in ``input`` it is copied from: ``output`` with coordinate ``dim`` replaced
-    by ``index[output]``.
+    by ``index[output]``. ``gather`` treats a 0-d tensor as 1-d of one element: a 0-d
+    index's element has ``output == ()``, and every step of a 0-d input has
+    ``source == ()`` (its only element; the index value is 0).
     """
 
     output: tuple[int, ...]
@@ -66,10 +71,15 @@ class GatherStep:
     value: bool | int | float | complex
 
     def formula(self, dim: int) -> str:
-        """The per-dimension formula with ``index[...]`` written at coordinate ``dim``."""
-        coords = [str(c) for c in self.output]
+        """The per-dimension formula with ``index[...]`` written at coordinate ``dim``.
+
+        A 0-d index or input counts as 1-d of one element, as in ``gather``: the formula
+        for a 0-d input reads ``input.reshape(1)[index[...]]``.
+        """
+        coords = [str(c) for c in self.output] or ["0"]
         coords[dim] = f"index[{_fmt(self.output)}]"
-        return f"input[{', '.join(coords)}]"
+        tensor = "input" if self.source else "input.reshape(1)"
+        return f"{tensor}[{', '.join(coords)}]"
 
     def cells(self, dim: int) -> tuple[str, str, str, str]:
         """The row as display strings: output, formula, source, value."""
@@ -123,47 +133,57 @@ class GatherExplanation(ResultTable):
 
 
 def _check_gather_args(input: torch.Tensor, dim: int, index: torch.Tensor) -> int:
-    """Check ``gather``'s arguments the way torch does; return ``dim`` made non-negative."""
+    """Check ``gather``'s arguments the way torch does; return ``dim`` made non-negative.
+
+    As ``torch.gather``: a 0-d input or index counts as 1-d of one element, and an empty
+    index (no elements) is checked for nothing but ``dim`` (any dtype, any shape).
+    """
     check_tensor("input", input)
     check_tensor("index", index)
     check_int("dim", dim)
-    if input.dim() == 0:
-        msg = "input must have at least one dimension, got a 0-d tensor"
+    ndim = max(input.dim(), 1)
+    if not -ndim <= dim < ndim:
+        treated = " (gather treats it as 1-d)" if input.dim() == 0 else ""
+        msg = f"dim must be in [{-ndim}, {ndim}) for a {input.dim()}-d input{treated}, got {dim}"
         raise ValueError(msg)
-    if not -input.dim() <= dim < input.dim():
-        msg = (
-            f"dim must be in [{-input.dim()}, {input.dim()}) for a {input.dim()}-d input, got {dim}"
-        )
-        raise ValueError(msg)
-    dim %= input.dim()
+    dim %= ndim
     check_values("input", input)
     check_values("index", index)
+    if input.device != index.device:
+        msg = (
+            "input and index must be on the same device, as torch.gather requires, "
+            f"got input on {input.device} and index on {index.device}"
+        )
+        raise ValueError(msg)
+    if index.numel() == 0:
+        return dim  # gather returns an empty tensor of index's shape
     if index.dtype not in _INDEX_DTYPES:
         msg = f"index must have dtype torch.int64 (or torch.int32), got {index.dtype}"
         raise TypeError(msg)
-    if index.dim() != input.dim():
+    if max(index.dim(), 1) != ndim:
         msg = (
             f"index must have as many dimensions as input ({input.dim()}), "
-            f"got {index.dim()} (shape {tuple(index.shape)})"
+            f"got {index.dim()} (shape {tuple(index.shape)}; a 0-d tensor counts as 1-d)"
         )
         raise ValueError(msg)
     check_count(
         f"index of shape {tuple(index.shape)}", index.numel(), limit=MAX_STEPS,
         what="elements", work="explain_gather lists one GatherStep per output element",
     )  # fmt: skip
-    if index.numel() == 0:
-        return dim
-    for d, (n_index, n_input) in enumerate(zip(index.shape, input.shape, strict=True)):
-        if d != dim and n_index > n_input:
-            msg = (
-                f"index.shape[{d}] must be <= input.shape[{d}] = {n_input} "
-                f"(every dimension but dim={dim}), got {n_index}"
-            )
-            raise ValueError(msg)
+    if input.dim() > 1:  # 0-d and 1-d tensors have no dimension but dim
+        for d, (n_index, n_input) in enumerate(zip(index.shape, input.shape, strict=True)):
+            if d != dim and n_index > n_input:
+                msg = (
+                    f"index.shape[{d}] must be <= input.shape[{d}] = {n_input} "
+                    f"(every dimension but dim={dim}), got {n_index}"
+                )
+                raise ValueError(msg)
+    size = input.shape[dim] if input.dim() else 1
+    sized = f"input.shape[{dim}]" if input.dim() else "a 0-d input has one element"
     low, high = int(index.min()), int(index.max())
-    if low < 0 or high >= input.shape[dim]:
+    if low < 0 or high >= size:
         bad = low if low < 0 else high
-        msg = f"index values must be in [0, {input.shape[dim]}) (input.shape[{dim}]), got {bad}"
+        msg = f"index values must be in [0, {size}) ({sized}), got {bad}"
         raise ValueError(msg)
     return dim
 
@@ -175,22 +195,29 @@ def explain_gather(input: torch.Tensor, dim: int, index: torch.Tensor) -> Gather
     coordinate ``dim`` replaced by ``index[p]``; for a 3-d input and ``dim=1``:
     ``out[i][j][k] = input[i][index[i][j][k]][k]``. The output has ``index``'s shape.
 
+    The arguments are checked as ``gather`` checks them: a 0-d input or index counts as
+    1-d of one element, and an empty index (no elements), of any dtype and shape, gives
+    an empty explanation, as ``gather`` gives an empty tensor of that shape.
+
     Args:
-        input: the tensor gathered from (at least one dimension).
+        input: the tensor gathered from.
         dim: the dimension along which ``index`` picks.
-        index: an ``int64`` (or ``int32``) tensor with as many dimensions as ``input``,
-            no larger than ``input`` in every dimension but ``dim``.
+        index: an ``int64`` (or ``int32``) tensor on ``input``'s device, with as many
+            dimensions as ``input``, no larger than ``input`` in every dimension but
+            ``dim``.
 
     Returns:
         A :class:`GatherExplanation`: one :class:`GatherStep` per output element, in
-        ``index.flatten()`` order; it prints as a table.
+        ``index.flatten()`` order; it prints as a table. Only those elements of
+        ``input`` are read (on its device) and copied to the CPU.
 
     Raises:
-        TypeError: ``input`` or ``index`` is not a tensor, ``dim`` not an int, or
-            ``index`` not an integer tensor.
-        ValueError: ``dim`` out of range, shapes that ``gather`` rejects, an index
-            value outside ``[0, input.shape[dim])``, a ``meta`` tensor (no values to
-            show), or more than :data:`MAX_STEPS` output elements.
+        TypeError: ``input`` or ``index`` is not a tensor, ``dim`` not an int, or a
+            non-empty ``index`` not an integer tensor.
+        ValueError: ``input`` and ``index`` on different devices, ``dim`` out of
+            range, shapes that ``gather`` rejects, an index value outside
+            ``[0, input.shape[dim])``, a ``meta`` tensor (no values to show), or more
+            than :data:`MAX_STEPS` output elements.
 
     Example:
         >>> import torch
@@ -201,19 +228,27 @@ def explain_gather(input: torch.Tensor, dim: int, index: torch.Tensor) -> Gather
         out[1, 0]  input[1, index[1, 0]]  input[1, 0]  3
     """
     dim = _check_gather_args(input, dim, index)
-    index_cpu = index.detach().to("cpu", torch.int64)
-    values = input.detach().cpu()
-    grids = torch.meshgrid(*(torch.arange(n) for n in index.shape), indexing="ij")
-    coords = [g.flatten() for g in grids]
-    coords[dim] = index_cpu.flatten()
-    outputs = torch.stack([g.flatten() for g in grids], dim=-1).tolist()
-    sources = torch.stack(coords, dim=-1).tolist()
-    steps = tuple(
-        GatherStep(output=tuple(p), source=tuple(q), value=values[tuple(q)].item())
-        for p, q in zip(outputs, sources, strict=True)
-    )
+    steps = _gather_steps(input, dim, index) if index.numel() else ()
     return GatherExplanation(
         dim=dim, input_shape=tuple(input.shape), index_shape=tuple(index.shape), steps=steps
+    )
+
+
+def _gather_steps(input: torch.Tensor, dim: int, index: torch.Tensor) -> tuple[GatherStep, ...]:
+    """The steps of a checked, non-empty ``gather``; reads only the values they show."""
+    outputs = list(itertools.product(*(range(n) for n in index.shape)))  # [()] if 0-d
+    picked = index.detach().to("cpu", torch.int64).flatten().tolist()
+    sources = []  # positions in input as gather sees it: a 0-d input as 1-d
+    for output, k in zip(outputs, picked, strict=True):
+        position = list(output) or [0]  # a 0-d index as 1-d
+        position[dim] = k
+        sources.append(position)
+    seen = input.detach() if input.dim() else input.detach().reshape(1)
+    where = torch.tensor(sources, dtype=torch.int64, device=input.device).unbind(1)
+    values = seen[where].cpu().tolist()  # only these values leave input's device
+    return tuple(
+        GatherStep(output=output, source=tuple(source) if input.dim() else (), value=value)
+        for output, source, value in zip(outputs, sources, values, strict=True)
     )
 
 
@@ -248,7 +283,8 @@ def plot_gather(
     Args:
         input: a 1-d or 2-d tensor of at most 12 elements per side.
         dim: the dimension along which ``index`` picks.
-        index: an integer tensor as for :func:`explain_gather`.
+        index: an integer tensor as for :func:`explain_gather`, 1-d or 2-d, of at most
+            12 elements per side.
         ax: the matplotlib axes to draw on; a new figure by default.
 
     Returns:
@@ -257,8 +293,8 @@ def plot_gather(
 
     Raises:
         TypeError: as :func:`explain_gather`, or ``ax`` is not matplotlib axes.
-        ValueError: as :func:`explain_gather`, or ``input`` is not 1-d or 2-d or has
-            more than 12 elements in a dimension.
+        ValueError: as :func:`explain_gather`, or ``input`` or ``index`` is not 1-d or
+            2-d or has more than 12 elements in a dimension (checked first).
 
     Example:
         >>> import torch
@@ -271,17 +307,18 @@ def plot_gather(
     from matplotlib.colors import to_hex
 
     check_axes("ax", ax)
-    explanation = explain_gather(input, dim, index)
-    if (
-        input.dim() > 2
-        or max(input.shape) > MAX_PLOTTED_SIDE
-        or max(index.shape, default=0) > MAX_PLOTTED_SIDE
+    check_tensor("input", input)
+    check_tensor("index", index)
+    if (  # before explain_gather, which may list up to MAX_STEPS steps
+        not (1 <= input.dim() <= 2 and 1 <= index.dim() <= 2)
+        or max([*input.shape, *index.shape]) > MAX_PLOTTED_SIDE
     ):
         msg = (
             f"input and index must be 1-d or 2-d with at most {MAX_PLOTTED_SIDE} elements "
             f"per dimension, got shapes {tuple(input.shape)} and {tuple(index.shape)}"
         )
         raise ValueError(msg)
+    explanation = explain_gather(input, dim, index)
     in_rows, in_cols = _as_grid(tuple(input.shape))
     out_rows, out_cols = _as_grid(tuple(index.shape))
     gap = 2.5
@@ -335,14 +372,24 @@ MAX_CONV_OPTION = 2**20
 
 
 def _pair(name: str, value: object, *, minimum: int) -> tuple[int, int]:
-    if isinstance(value, tuple):
-        if len(value) != 2:
-            msg = f"{name} must be an int or a pair of ints, got {value!r}"
+    """``value`` as (rows, columns), from an int or a sequence of one or two ints.
+
+    As ``F.conv2d`` takes them: a tuple, list... of two ints, or of one used for both.
+    """
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        if len(value) not in (1, 2):
+            msg = (
+                f"{name} must be an int or a pair of ints, got a sequence of {len(value)}: "
+                f"{_shown(value)}"
+            )
             raise ValueError(msg)
-        return (
-            check_int(f"{name}[0]", value[0], minimum=minimum, maximum=MAX_CONV_OPTION),
-            check_int(f"{name}[1]", value[1], minimum=minimum, maximum=MAX_CONV_OPTION),
+        pair = check_ints(name, value, minimum=minimum, maximum=MAX_CONV_OPTION)
+        return pair[0], pair[-1]
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = (
+            f"{name} must be an int or a pair of ints, got {type(value).__name__}: {_shown(value)}"
         )
+        raise TypeError(msg)
     single = check_int(name, value, minimum=minimum, maximum=MAX_CONV_OPTION)
     return single, single
 
@@ -364,9 +411,9 @@ def conv2d_as_matmul(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
-    stride: int | tuple[int, int] = 1,
-    padding: int | tuple[int, int] = 0,
-    dilation: int | tuple[int, int] = 1,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
 ) -> torch.Tensor:
     """``F.conv2d`` computed as ``unfold`` + matrix multiply + ``view``.
 
@@ -374,26 +421,38 @@ def conv2d_as_matmul(
     one column per output position; the kernel flattened to ``(O, C * kh * kw)`` times
     those columns is the convolution; ``view`` gives the columns their 2-d layout back.
 
+    The shapes ``F.conv2d`` accepts are accepted, and those it refuses refused: an
+    empty batch (``N = 0``) is fine; ``O = 0`` is refused; an input with no channels
+    (``C = 0``) gives what ``F.conv2d`` gives, an empty ``(N, 0, H_out, W_out)`` tensor
+    (no output channels either, whatever ``O`` and ``bias``); and an empty height or
+    width is refused unless ``N = 0`` or ``C = 0``.
+
     Args:
         input: a ``(N, C, H, W)`` floating-point tensor.
-        weight: a ``(O, C, kh, kw)`` kernel of the same dtype and device.
+        weight: a ``(O, C, kh, kw)`` kernel of the same dtype and device, ``O >= 1``
+            (``kh`` and ``kw`` may be 0 only where ``C = 0``, as for ``F.conv2d``).
         bias: an optional ``(O,)`` tensor.
-        stride: the step between receptive fields, an int or (rows, columns), >= 1.
-        padding: zeros added on each side, an int or (rows, columns), >= 0.
-        dilation: the spacing of the kernel's taps, an int or (rows, columns), >= 1.
-            Each of these three is at most :data:`MAX_CONV_OPTION`.
+        stride: the step between receptive fields, >= 1.
+        padding: zeros added on each side, >= 0.
+        dilation: the spacing of the kernel's taps, >= 1.
+            Each of these three is an int, or a pair (rows, columns) given as a tuple,
+            list or other sequence of two ints (or of one, used for both, as
+            ``F.conv2d`` allows), each at most :data:`MAX_CONV_OPTION`.
 
     Returns:
         A ``(N, O, H_out, W_out)`` tensor equal (up to rounding) to
-        ``F.conv2d(input, weight, bias, stride, padding, dilation)``.
+        ``F.conv2d(input, weight, bias, stride, padding, dilation)``
+        (``(N, 0, H_out, W_out)`` where ``C = 0``, as that gives).
 
     Raises:
         TypeError: a tensor argument is not a floating-point tensor, or an option is
             not an int/pair.
         ValueError: wrong numbers of dimensions, channels or bias size that do not
-            match, dtypes or devices that differ, options out of range, a kernel larger
-            than the padded input, or an unfolded matrix of more than
-            :data:`MAX_UNFOLDED` values.
+            match, a weight with no output channel or (with ``C >= 1``) an empty
+            kernel, an input with an empty height or width (and ``N, C >= 1``),
+            dtypes or devices that differ, options out of range, a kernel larger than
+            the padded input, or an unfolded matrix of more than :data:`MAX_UNFOLDED`
+            values.
 
     Example:
         >>> import torch
@@ -418,6 +477,18 @@ def conv2d_as_matmul(
     if c_w != c:
         msg = f"weight.shape[1] must equal input's channels ({c}), got {c_w}"
         raise ValueError(msg)
+    if o == 0:
+        msg = (
+            "weight must have at least one output channel (weight.shape[0] >= 1, as "
+            f"F.conv2d requires), got shape {tuple(weight.shape)}"
+        )
+        raise ValueError(msg)
+    if c and (kh == 0 or kw == 0):
+        msg = (
+            f"weight's kernel must be at least 1 x 1 (as F.conv2d requires for an input "
+            f"with channels), got shape {tuple(weight.shape)}"
+        )
+        raise ValueError(msg)
     if bias is not None:
         check_tensor("bias", bias)
         _check_floating("bias", bias, input)
@@ -435,12 +506,22 @@ def conv2d_as_matmul(
             f"in the padded input ({h + 2 * p[0]}, {w + 2 * p[1]})"
         )
         raise ValueError(msg)
+    if n and c and (h == 0 or w == 0):
+        msg = (
+            "input must have a non-empty height and width (as F.conv2d requires unless "
+            f"the batch or the channels are empty), got shape {tuple(input.shape)}"
+        )
+        raise ValueError(msg)
     check_count(
         "the unfolded input", n * c * kh * kw * h_out * w_out, limit=MAX_UNFOLDED,
         what="values", work="unfold copies every receptive field into a column",
     )  # fmt: skip
-    columns = F.unfold(input, (kh, kw), dilation=d, padding=p, stride=s)  # (N, C*kh*kw, L)
-    out = weight.reshape(o, c * kh * kw) @ columns  # (N, O, L)
+    if input.numel():
+        columns = F.unfold(input, (kh, kw), dilation=d, padding=p, stride=s)  # (N, C*kh*kw, L)
+    else:  # N = 0 or C = 0: no values to unfold (and unfold refuses); the sum keeps autograd
+        columns = input.sum((1, 2, 3)).reshape(n, 1, 1).expand(n, c * kh * kw, h_out * w_out)
+    kept = o if c else 0  # F.conv2d's result for an input without channels has none either
+    out = weight[:kept].reshape(kept, c * kh * kw) @ columns  # (N, O, L)
     if bias is not None:
-        out = out + bias[:, None]
-    return out.view(n, o, h_out, w_out)
+        out = out + bias[:kept, None]
+    return out.view(n, kept, h_out, w_out)

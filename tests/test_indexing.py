@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
@@ -121,7 +122,31 @@ def test_empty_index_gives_no_steps() -> None:
         ((torch.zeros(2), 0.0, torch.tensor([0])), TypeError, "dim must be an int, got float"),
         ((torch.zeros(2), 1, torch.tensor([0])), ValueError, r"dim must be in \[-1, 1\).*got 1"),
         ((torch.zeros(2), 0, torch.tensor([0.0])), TypeError, "index must have dtype torch.int64"),
-        ((torch.tensor(1.0), 0, torch.tensor(0)), ValueError, "input must have at least one"),
+        (
+            (torch.tensor(1.0), 1, torch.tensor([0])),
+            ValueError,
+            r"dim must be in \[-1, 1\) for a 0-d input \(gather treats it as 1-d\), got 1",
+        ),
+        (
+            (torch.tensor(1.0), 0, torch.tensor([1])),
+            ValueError,
+            r"index values must be in \[0, 1\) \(a 0-d input has one element\), got 1",
+        ),
+        (
+            (torch.tensor(1.0), 0, torch.tensor([[0]])),
+            ValueError,
+            r"index must have as many dimensions as input \(0\), got 2 \(shape \(1, 1\); a 0-d",
+        ),
+        (
+            (torch.zeros(2, 2), 0, torch.tensor(0)),
+            ValueError,
+            r"index must have as many dimensions as input \(2\), got 0 \(shape \(\)",
+        ),
+        (
+            (torch.zeros(2, 2), 2, torch.zeros(0, dtype=torch.int64)),
+            ValueError,
+            r"dim must be in \[-2, 2\) for a 2-d input, got 2",
+        ),
         (
             (torch.zeros(2, 2), 0, torch.tensor([0])),
             ValueError,
@@ -193,13 +218,19 @@ def test_plot_gather_rejects_what_it_cannot_draw() -> None:
         plot_gather(torch.zeros(2), 0, torch.zeros(2))
 
 
-pairs = st.one_of(st.integers(1, 3), st.tuples(st.integers(1, 3), st.integers(1, 3)))
-paddings = st.one_of(st.integers(0, 2), st.tuples(st.integers(0, 2), st.integers(0, 2)))
+def _options(low: int) -> st.SearchStrategy[int | tuple[int, int] | list[int]]:
+    """An int, or a pair of ints as a tuple or list, or a list of one: F.conv2d takes all."""
+    value = st.integers(low, low + 2)
+    return st.one_of(value, st.tuples(value, value), st.lists(value, min_size=1, max_size=2))
+
+
+pairs = _options(1)
+paddings = _options(0)
 
 
 @given(
-    n=st.integers(1, 2),
-    c=st.integers(1, 3),
+    n=st.integers(0, 2),
+    c=st.integers(0, 3),
     o=st.integers(1, 3),
     h=st.integers(1, 7),
     w=st.integers(1, 7),
@@ -219,9 +250,9 @@ def test_conv2d_as_matmul_matches_conv2d(
     w: int,
     kh: int,
     kw: int,
-    stride: int | tuple[int, int],
-    padding: int | tuple[int, int],
-    dilation: int | tuple[int, int],
+    stride: int | tuple[int, int] | list[int],
+    padding: int | tuple[int, int] | list[int],
+    dilation: int | tuple[int, int] | list[int],
     with_bias: bool,
     seed: int,
 ) -> None:
@@ -268,7 +299,7 @@ def test_conv2d_as_matmul_keeps_autograd() -> None:
         ({"stride": (1, 0)}, ValueError, r"stride\[1\] must be >= 1, got 0"),
         ({"stride": (1, 1, 1)}, ValueError, r"stride must be an int or a pair of ints"),
         ({"padding": -1}, ValueError, "padding must be >= 0, got -1"),
-        ({"dilation": 1.5}, TypeError, "dilation must be an int, got float"),
+        ({"dilation": 1.5}, TypeError, "dilation must be an int or a pair of ints, got float: 1.5"),
         ({"weight": torch.zeros(1, 2, 5, 5)}, ValueError, r"\(5, 5\) must fit .* \(4, 4\)"),
     ],
 )
@@ -342,3 +373,282 @@ def test_conv2d_as_matmul_bounds_its_work(
 def test_plot_gather_checks_ax() -> None:
     with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes .*, got str: 'ax'"):
         plot_gather(torch.zeros(2), 0, torch.tensor([0]), ax="ax")  # type: ignore[arg-type]
+
+
+# -- review: gather's and conv2d's own rules, devices, and work done before refusing -------
+
+
+@st.composite
+def any_gather_args(draw: st.DrawFn) -> GatherCase:
+    """Arguments of ``torch.gather`` that it may accept or refuse: 0-d tensors, empty
+    indexes of any number of dimensions and dtype, dims and values out of range."""
+    shape = tuple(draw(st.lists(st.integers(0, 3), max_size=3)))
+    ndim = max(len(shape), 1)
+    dim = draw(st.integers(-ndim - 1, ndim))
+    index_shape = tuple(draw(st.lists(st.integers(0, 3), max_size=4)))
+    numel = torch.Size(index_shape).numel()
+    values = draw(st.lists(st.integers(-1, 3), min_size=numel, max_size=numel))
+    dtype = draw(st.sampled_from([torch.int64, torch.int32, torch.float32]))
+    index = torch.tensor(values, dtype=dtype).reshape(index_shape)
+    source = torch.arange(1, 1 + torch.Size(shape).numel(), dtype=torch.float64).reshape(shape)
+    return GatherCase(source, dim, index)
+
+
+def _check_against_gather(case: GatherCase, expected: torch.Tensor) -> None:
+    """explain_gather's steps are torch.gather's output, element by element."""
+    explanation = explain_gather(case.input, case.dim, case.index)
+    assert explanation.index_shape == tuple(expected.shape) == tuple(case.index.shape)
+    assert len(explanation) == expected.numel()
+    assert [s.value for s in explanation] == expected.flatten().tolist()
+    assert explanation.sources().shape == (*case.index.shape, case.input.dim())
+    names = {"input": case.input, "index": case.index}
+    for step in explanation:
+        assert case.input[step.source].item() == expected[step.output].item()
+        # The formula is Python that reads the same element (index[...] a 0-d tensor).
+        formula = step.formula(explanation.dim)
+        assert eval(formula, {}, names).item() == expected[step.output].item()
+
+
+@given(any_gather_args())
+def test_explain_gather_accepts_and_refuses_what_torch_gather_does(case: GatherCase) -> None:
+    try:
+        expected = torch.gather(case.input, case.dim, case.index)
+    except (RuntimeError, IndexError):
+        with pytest.raises((ValueError, TypeError), match=r"dim|index"):
+            explain_gather(case.input, case.dim, case.index)
+        return
+    _check_against_gather(case, expected)
+
+
+@pytest.mark.parametrize(
+    ("input", "dim", "index"),
+    [
+        (torch.tensor(7), 0, torch.tensor([0, 0])),  # a 0-d input is 1-d of one element
+        (torch.tensor(7.5), -1, torch.tensor(0)),
+        (torch.tensor([7, 8]), 0, torch.tensor(1)),  # and so is a 0-d index
+        (torch.arange(24).reshape(2, 3, 4), 0, torch.zeros(0, dtype=torch.int64)),
+        (torch.arange(24).reshape(2, 3, 4), 1, torch.zeros(2, 0, 4, dtype=torch.int64)),
+        (torch.arange(6).reshape(3, 2), 1, torch.zeros(4, 0, dtype=torch.int64)),
+        (torch.arange(6).reshape(3, 2), 0, torch.zeros(0, 5, 5, dtype=torch.float32)),
+        (torch.tensor(7), 0, torch.zeros(0, 3, dtype=torch.int32)),
+    ],
+)
+def test_explain_gather_accepts_0d_tensors_and_empty_indexes_as_torch_does(
+    input: torch.Tensor, dim: int, index: torch.Tensor
+) -> None:
+    expected = torch.gather(input, dim, index)
+    _check_against_gather(GatherCase(input, dim, index), expected)
+
+
+def test_explain_gather_shows_0d_positions() -> None:
+    from_0d = explain_gather(torch.tensor(7), 0, torch.tensor([0, 0]))
+    assert [(s.output, s.source, s.value) for s in from_0d] == [((0,), (), 7), ((1,), (), 7)]
+    assert str(from_0d).splitlines()[1].split() == [
+        "out[0]", "input.reshape(1)[index[0]]", "input[()]", "7",
+    ]  # fmt: skip
+    into_0d = explain_gather(torch.tensor([7, 8]), 0, torch.tensor(1))
+    assert [(s.output, s.source, s.value) for s in into_0d] == [((), (1,), 8)]
+    assert str(into_0d).splitlines()[1].split() == [
+        "out[()]", "input[index[()]]", "input[1]", "8",
+    ]  # fmt: skip
+
+
+class _ClaimsCuda(torch.Tensor):
+    """A CPU tensor that says it is on cuda:0: a device mismatch without a GPU."""
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", 0)
+
+
+def test_explain_gather_refuses_input_and_index_on_different_devices() -> None:
+    on_cuda = torch.arange(6.0).reshape(2, 3).as_subclass(_ClaimsCuda)
+    index = torch.tensor([[1, 0, 1]])
+    with pytest.raises(
+        ValueError,
+        match=r"input and index must be on the same device.*got input on cuda:0 and index on cpu",
+    ):
+        explain_gather(on_cuda, 0, index)
+    with pytest.raises(ValueError, match=r"got input on cpu and index on cuda:0"):
+        explain_gather(torch.zeros(2, 3), 0, index.as_subclass(_ClaimsCuda))
+    with pytest.raises(ValueError, match=r"got input on cuda:0 and index on cpu"):
+        explain_gather(on_cuda, 0, torch.zeros(0, dtype=torch.int64))  # even an empty one
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_explain_gather_on_cuda_mirrors_torch() -> None:
+    input = torch.arange(6.0, device="cuda").reshape(2, 3)
+    index = torch.tensor([[1, 0, 1]])
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.gather(input, 0, index)
+    with pytest.raises(ValueError, match=r"got input on cuda:0 and index on cpu"):
+        explain_gather(input, 0, index)
+    explanation = explain_gather(input, 0, index.cuda())
+    assert [s.value for s in explanation] == [3.0, 1.0, 5.0]
+
+
+class _HostCopies(torch.overrides.TorchFunctionMode):
+    """Records how many elements each call that copies to the host (or to Python) reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __torch_function__(
+        self,
+        func: object,
+        types: object,
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
+    ) -> object:
+        copies = (torch.Tensor.cpu, torch.Tensor.to, torch.Tensor.tolist, torch.Tensor.item)
+        if func in copies and isinstance(args[0], torch.Tensor):
+            self.sizes.append(args[0].numel())
+        return func(*args, **(kwargs or {}))  # type: ignore[operator]
+
+
+def test_explain_gather_copies_only_the_values_it_shows() -> None:
+    input = torch.arange(100_000.0).reshape(100, 1000)
+    index = torch.tensor([[3, 1, 4]])
+    with _HostCopies() as copies:
+        explanation = explain_gather(input, 0, index)
+    assert copies.sizes  # the mode saw the copies
+    assert max(copies.sizes) <= index.numel()
+    assert [s.value for s in explanation] == [3000.0, 1001.0, 4002.0]
+
+
+@pytest.mark.usefixtures("close_figures")
+def test_plot_gather_checks_its_size_limit_before_explaining(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytorch_memo import indexing
+
+    limit = r"input and index must be 1-d or 2-d with at most 12 elements per dimension"
+    # An index explain_gather refuses for its values: the size is what is said.
+    with pytest.raises(ValueError, match=rf"{limit}, got shapes \(20,\) and \(1,\)"):
+        plot_gather(torch.zeros(20), 0, torch.tensor([25]))
+    with pytest.raises(ValueError, match=rf"{limit}, got shapes \(\) and \(2,\)"):
+        plot_gather(torch.tensor(7.0), 0, torch.tensor([0, 0]))
+
+    def explain(*args: object) -> None:
+        raise AssertionError("explain_gather ran before the size check")
+
+    monkeypatch.setattr(indexing, "explain_gather", explain)
+    big = torch.zeros(1, dtype=torch.int64).expand(2**16)  # 65,536 steps to list
+    with pytest.raises(ValueError, match=rf"{limit}, got shapes \(3,\) and \(65536,\)"):
+        plot_gather(torch.zeros(3), 0, big)
+
+
+@pytest.mark.parametrize(
+    ("input_shape", "weight_shape", "padding"),
+    [
+        ((2, 0, 6, 7), (4, 0, 3, 3), 0),  # no input channels: F.conv2d gives (2, 0, 4, 5)
+        ((0, 0, 6, 7), (4, 0, 3, 3), 0),
+        ((2, 0, 1, 1), (4, 0, 3, 3), 1),
+        ((2, 0, 6, 7), (4, 0, 0, 3), 0),  # an empty kernel goes where C = 0
+        ((0, 3, 6, 7), (4, 3, 3, 3), 0),  # an empty batch
+        ((0, 3, 0, 7), (4, 3, 1, 1), 1),  # an empty batch and an empty height
+    ],
+)
+def test_conv2d_as_matmul_gives_conv2d_result_on_empty_shapes(
+    input_shape: tuple[int, ...], weight_shape: tuple[int, ...], padding: int
+) -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(input_shape, dtype=torch.float64, generator=gen, requires_grad=True)
+    weight = torch.randn(weight_shape, dtype=torch.float64, generator=gen, requires_grad=True)
+    bias = torch.randn(weight_shape[0], dtype=torch.float64, generator=gen, requires_grad=True)
+    expected = F.conv2d(x, weight, bias, padding=padding)
+    got = conv2d_as_matmul(x, weight, bias, padding=padding)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected)
+    grads = torch.autograd.grad(got.sum(), (x, weight, bias))
+    expected_grads = torch.autograd.grad(expected.sum(), (x, weight, bias))
+    for g, e in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize(
+    ("input_shape", "weight_shape", "padding", "match"),
+    [
+        (
+            (2, 3, 6, 7),
+            (0, 3, 3, 3),
+            0,
+            r"weight must have at least one output channel .* got shape \(0, 3, 3, 3\)",
+        ),
+        (
+            (2, 0, 6, 7),
+            (0, 0, 3, 3),
+            0,
+            r"weight must have at least one output channel .* got shape \(0, 0, 3, 3\)",
+        ),
+        (
+            (2, 3, 0, 7),
+            (4, 3, 1, 1),
+            1,
+            r"input must have a non-empty height and width .* got shape \(2, 3, 0, 7\)",
+        ),
+        ((2, 3, 6, 7), (4, 3, 0, 3), 0, r"kernel must be at least 1 x 1 .* \(4, 3, 0, 3\)"),
+        ((0, 3, 6, 7), (4, 3, 3, 0), 0, r"kernel must be at least 1 x 1 .* \(4, 3, 3, 0\)"),
+        ((2, 0, 2, 2), (4, 0, 3, 3), 0, r"\(3, 3\) must fit in the padded input \(2, 2\)"),
+    ],
+)
+def test_conv2d_as_matmul_refuses_the_shapes_conv2d_refuses(
+    input_shape: tuple[int, ...], weight_shape: tuple[int, ...], padding: int, match: str
+) -> None:
+    x, weight = torch.zeros(input_shape), torch.zeros(weight_shape)
+    with pytest.raises((RuntimeError, IndexError)):
+        F.conv2d(x, weight, padding=padding)
+    with pytest.raises(ValueError, match=match):
+        conv2d_as_matmul(x, weight, padding=padding)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"stride": [1, 2]},
+        {"stride": [2]},
+        {"padding": [1, 0], "dilation": [2, 1]},
+        {"padding": (1,), "dilation": torch.Size([1, 2])},
+        {"stride": (2, 1), "padding": [0, 2], "dilation": [1]},
+    ],
+)
+def test_conv2d_as_matmul_takes_options_as_sequences_as_conv2d_does(
+    options: dict[str, Any],
+) -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 6, 7, dtype=torch.float64, generator=gen)
+    weight = torch.randn(4, 3, 3, 3, dtype=torch.float64, generator=gen)
+    expected = F.conv2d(x, weight, **options)
+    got = conv2d_as_matmul(x, weight, **options)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        ([], ValueError, r"stride must be an int or a pair of ints, got a sequence of 0: \[\]"),
+        ([1, 2, 3], ValueError, r"stride must be an int or a pair of ints, got a sequence of 3"),
+        ("12", TypeError, r"stride must be an int or a pair of ints, got str: '12'"),
+        ({1, 2}, TypeError, r"stride must be an int or a pair of ints, got set: \{1, 2\}"),
+        ((1, 1.5), TypeError, r"stride\[1\] must be an int, got float: 1.5"),
+        ([1, 0], ValueError, r"stride\[1\] must be >= 1, got 0"),
+    ],
+)
+def test_conv2d_as_matmul_refuses_options_conv2d_refuses(
+    value: Any, error: type, match: str
+) -> None:
+    x, weight = torch.zeros(1, 2, 5, 5), torch.zeros(1, 2, 2, 2)
+    with pytest.raises((RuntimeError, TypeError)):
+        F.conv2d(x, weight, stride=value)
+    with pytest.raises(error, match=match):
+        conv2d_as_matmul(x, weight, stride=value)
+
+
+def test_conv2d_as_matmul_without_channels_allocates_nothing() -> None:
+    # (2, 0, 2097156, 2097157), as F.conv2d: an (N, O, L) intermediate would be 2**46 floats.
+    x, weight, bias = torch.zeros(2, 0, 6, 7), torch.zeros(64, 0, 3, 3), torch.zeros(64)
+    expected = F.conv2d(x, weight, bias, padding=2**20)
+    got = conv2d_as_matmul(x, weight, bias, padding=2**20)
+    assert got.shape == expected.shape == (2, 0, 6 + 2**21 - 2, 7 + 2**21 - 2)
