@@ -12,6 +12,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -113,6 +114,70 @@ def _storage(tensor: torch.Tensor) -> tuple[_StorageKey | None, int | None]:
     return (str(tensor.device), address), nbytes
 
 
+class _Packed(NamedTuple):
+    """What a pack hook of this package hands autograd for one saved tensor.
+
+    Attributes:
+        tensor: a detached alias of the saved tensor (the same memory and version
+            counter).
+        version: the tensor's ``_version`` when autograd saved it, or ``None`` for a
+            tensor without a version counter (an inference tensor).
+        position: the tensor's place among those saved in the block (0 for the
+            first).
+    """
+
+    tensor: torch.Tensor
+    version: int | None
+    position: int
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's version counter, or ``None`` when it has none (inference tensors)."""
+    try:
+        return tensor._version
+    except RuntimeError:  # "Inference tensors do not track version counter."
+        return None
+
+
+def _pack(tensor: torch.Tensor, position: int) -> _Packed:
+    """A detached alias of ``tensor`` with its version now, for :func:`_unpack`.
+
+    The graph keeps a detached alias (the same memory, and the same version counter),
+    as torch's documentation of saved tensor hooks advises: the tensor itself, when
+    it is an output of the graph, would hold its own grad_fn, a cycle that outlives
+    the graph until gc runs.
+    """
+    return _Packed(tensor.detach(), _version(tensor), position)
+
+
+def _unpack(packed: _Packed, *, reader: str) -> torch.Tensor:
+    """The saved tensor, refused as torch would refuse it if it changed in place.
+
+    Torch skips its version-counter check for a tensor saved through
+    ``saved_tensors_hooks`` (it cannot know what the pack hook returned), so an
+    in-place change after the forward pass would give a silently wrong gradient; this
+    makes torch's check with the version :func:`_pack` kept.
+
+    Raises:
+        RuntimeError: the tensor was modified in place since autograd saved it.
+    """
+    tensor, saved, position = packed
+    current = _version(tensor)
+    if saved is not None and current != saved:
+        msg = (
+            "one of the variables needed for gradient computation has been modified by "
+            f"an inplace operation: saved tensor {position} of the {reader} block (shape "
+            f"{tuple(tensor.shape)}, {tensor.dtype} on {tensor.device}) is at version "
+            f"{current}; expected version {saved} instead. Torch skips this check for "
+            f"tensors saved through saved_tensors_hooks, so {reader} makes it. Hint: "
+            "look for an in-place operation (a method ending in _, an augmented "
+            "assignment, an indexed assignment) on that tensor or a view of it after "
+            "autograd saved it, or change a clone() of it instead."
+        )
+        raise RuntimeError(msg)
+    return tensor
+
+
 def _ignored_keys(ignore: object, *, reader: str = "record_saved_tensors") -> set[_StorageKey]:
     """The storages of ``ignore``, checked as the argument of ``reader``."""
     tensors = check_iterable(
@@ -145,6 +210,20 @@ def record_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Sav
     of checkpointing. A Python number that an operation saves as a 0-dim tensor (the
     ``2`` of ``x * 2``) does not pass through the hooks and is not counted.
 
+    Autograd skips its check that a saved tensor was not modified in place (its
+    version counter) for tensors that go through such hooks; the unpack hook makes the
+    check itself, so a saved tensor changed in place after autograd saved it raises
+    torch's own error (one of the variables needed for gradient computation has been
+    modified by an inplace operation) when backward reads it, as it would without
+    the helper, instead of giving a wrong gradient.
+
+    What the hooks do not see is not counted: tensors a custom
+    ``torch.autograd.Function`` keeps as attributes of ``ctx`` (``ctx.x = x``) rather
+    than through ``ctx.save_for_backward``, and everything saved while an inner
+    ``saved_tensors_hooks`` pair is active in the block (torch applies only the
+    innermost pair; a non-reentrant checkpoint region is one case). The in-place check
+    of what such an inner pair saves is then up to that pair.
+
     Args:
         ignore: tensors whose storages not to count, typically ``model.parameters()``
             (a layer saves its weight, which exists anyway); at most
@@ -157,6 +236,9 @@ def record_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Sav
         TypeError: ``ignore`` is not an iterable of tensors.
         ValueError: ``ignore`` holds more than :data:`MAX_IGNORED` tensors (an endless
             iterator, say).
+        RuntimeError: from backward (in the block or after it) or a read of
+            ``grad_fn._saved_*``, when a tensor saved in the block was modified in
+            place after autograd saved it.
 
     Example:
         >>> x = torch.ones(4, requires_grad=True)  # 16 bytes
@@ -169,23 +251,21 @@ def record_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Sav
     saved = SavedTensors()
     live: dict[_StorageKey, list[weakref.ref[torch.Tensor]]] = {}
 
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        # The graph keeps a detached alias (the same memory), as torch's documentation
-        # of these hooks advises: the tensor itself, when it is an output of the graph,
-        # would hold its own grad_fn, a cycle that outlives the graph until gc runs.
-        alias = tensor.detach()
+    def pack(tensor: torch.Tensor) -> _Packed:
+        packed = _pack(tensor, len(saved.records))
         key, nbytes = _storage(tensor)
         counted = nbytes is not None and key not in ignored
         if key is not None:
             holders = [ref for ref in live.get(key, []) if ref() is not None]
             counted = counted and not holders
-            live[key] = [*holders, weakref.ref(alias)]
+            live[key] = [*holders, weakref.ref(packed.tensor)]
         saved.records.append(
             SavedTensor(tuple(tensor.shape), tensor.dtype, tensor.device, nbytes, counted)
         )
-        return alias
+        return packed
 
-    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+    def unpack(packed: _Packed) -> torch.Tensor:
+        tensor = _unpack(packed, reader="record_saved_tensors")
         saved.unpacked += 1
         return tensor
 

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import nn
 
-from pytorch_memo._checks import check_type
+from pytorch_memo._checks import _shown, check_type
 from pytorch_memo._table import NamedRows, ResultTable, shape_text
 
 __all__ = ["ModuleTable", "ModuleTensorInfo", "inventory"]
 
 Kind = Literal["parameter", "buffer", "attribute"]
+_KINDS: tuple[Kind, ...] = get_args(Kind)
 
 _HEADERS = (
     "name",
@@ -83,6 +84,18 @@ class ModuleTensorInfo:
         )
 
 
+def _check_kind(kind: object) -> None:
+    """Refuse a ``kind`` that is neither ``None`` nor one of the kinds of a row."""
+    if kind is None or (isinstance(kind, str) and kind in _KINDS):
+        return
+    expected = f"None or one of {', '.join(repr(k) for k in _KINDS)}"
+    if not isinstance(kind, str):
+        msg = f"kind must be {expected}, got {type(kind).__name__}: {_shown(kind)}"
+        raise TypeError(msg)
+    msg = f"kind must be {expected}, got {kind!r}"
+    raise ValueError(msg)
+
+
 @dataclass(frozen=True, repr=False)
 class ModuleTable(NamedRows[ModuleTensorInfo], ResultTable):
     """Rows of :class:`ModuleTensorInfo`, shown as a text table or, in Jupyter, HTML."""
@@ -91,7 +104,20 @@ class ModuleTable(NamedRows[ModuleTensorInfo], ResultTable):
     _css_class = "memo-describe"
 
     def names(self, *, kind: Kind | None = None) -> tuple[str, ...]:
-        """The rows' names, all of them or those of one ``kind``."""
+        """The rows' names, all of them or those of one ``kind``.
+
+        Args:
+            kind: ``"parameter"``, ``"buffer"`` or ``"attribute"`` for the names of
+                that kind only (``()`` when there is none); ``None`` for all.
+
+        Returns:
+            The names, in the order of the rows.
+
+        Raises:
+            TypeError: ``kind`` is neither ``None`` nor a string.
+            ValueError: ``kind`` is a string other than the three kinds (``"buffers"``).
+        """
+        _check_kind(kind)
         return tuple(r.name for r in self.rows if kind is None or r.kind == kind)
 
     def _headers(self) -> tuple[str, ...]:

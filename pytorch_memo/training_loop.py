@@ -27,7 +27,7 @@ from torch import nn
 
 from pytorch_memo._checks import check_int, check_number, check_type
 from pytorch_memo._table import Cell, NamedRows, ResultTable, shape_text
-from pytorch_memo.autograd_mechanics import _ignored_keys, _storage
+from pytorch_memo.autograd_mechanics import _ignored_keys, _pack, _Packed, _storage, _unpack
 from pytorch_memo.modules import _check_materialised
 
 __all__ = [
@@ -502,6 +502,20 @@ def watch_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Save
     graph holds it too. Inside a non-reentrant checkpoint region the checkpoint's own
     hooks take over and this one sees nothing.
 
+    Autograd skips its check that a saved tensor was not modified in place (its
+    version counter) for tensors that go through such hooks; the unpack hook makes the
+    check itself, so a saved tensor changed in place after autograd saved it raises
+    torch's own error (one of the variables needed for gradient computation has been
+    modified by an inplace operation) when backward reads it, as it would without
+    the helper, instead of giving a wrong gradient.
+
+    What the hooks do not see is not followed: tensors a custom
+    ``torch.autograd.Function`` keeps as attributes of ``ctx`` (``ctx.x = x``) rather
+    than through ``ctx.save_for_backward``, and everything saved while an inner
+    ``saved_tensors_hooks`` pair is active in the block (torch applies only the
+    innermost pair, as in a checkpoint region). The in-place check of what such an
+    inner pair saves is then up to that pair.
+
     Args:
         ignore: tensors whose storages not to count, typically ``model.parameters()``
             (a layer saves its weight, which lives on anyway).
@@ -513,6 +527,9 @@ def watch_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Save
         TypeError: ``ignore`` is not an iterable of tensors.
         ValueError: ``ignore`` holds more than ``MAX_IGNORED`` tensors (an endless
             iterator, say).
+        RuntimeError: from backward (in the block or after it) or a read of
+            ``grad_fn._saved_*``, when a tensor saved in the block was modified in
+            place after autograd saved it.
 
     Example:
         >>> w = torch.ones(1000, requires_grad=True)
@@ -526,14 +543,14 @@ def watch_saved_tensors(*, ignore: Iterable[torch.Tensor] = ()) -> Iterator[Save
     """
     record = SavedAlive(_ignored=_ignored_keys(ignore, reader="watch_saved_tensors"))
 
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        alias = tensor.detach()  # what the graph keeps: dies with the graph
+    def pack(tensor: torch.Tensor) -> _Packed:
+        packed = _pack(tensor, record.saved)  # its alias dies with the graph
         record.saved += 1
-        record._refs.append(weakref.ref(alias))
-        return alias
+        record._refs.append(weakref.ref(packed.tensor))
+        return packed
 
-    def unpack(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
+    def unpack(packed: _Packed) -> torch.Tensor:
+        return _unpack(packed, reader="watch_saved_tensors")
 
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         yield record

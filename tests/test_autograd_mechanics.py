@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import itertools
+import re
 import warnings
 import weakref
+from typing import Any
 
 import pytest
 import torch
@@ -230,3 +232,213 @@ def test_an_endless_ignore_is_refused() -> None:
     with record_saved_tensors(ignore=itertools.repeat(torch.ones(1), 2**18)) as saved:
         pass
     assert saved.count == 0
+
+
+# -- the in-place (version-counter) check, which torch skips for hooked saved tensors --
+
+TORCH_INPLACE = (
+    "one of the variables needed for gradient computation has been modified by an inplace operation"
+)
+
+
+def _sigmoid_then_scaled(x: torch.Tensor) -> torch.Tensor:
+    s = x.sigmoid()  # saves its output
+    s.mul_(2)
+    return s
+
+
+def _exp_then_assigned(x: torch.Tensor) -> torch.Tensor:
+    e = x.exp()  # saves its output
+    e[0] = 0.0  # an indexed assignment changes it in place
+    return e
+
+
+def _product_then_input_changed(x: torch.Tensor) -> torch.Tensor:
+    h = x * 1.5
+    out = h * h  # saves h (twice)
+    h.add_(1)
+    return out
+
+
+def _leaf_changed_under_no_grad(x: torch.Tensor) -> torch.Tensor:
+    out = x * x  # saves the leaf x
+    with torch.no_grad():
+        x.mul_(3)
+    return out
+
+
+def _view_of_saved_changed(x: torch.Tensor) -> torch.Tensor:
+    t = x.tanh()  # saves its output
+    t[1:].zero_()  # through a view: same version counter
+    return t
+
+
+IN_PLACE_BUGS = [
+    _sigmoid_then_scaled,
+    _exp_then_assigned,
+    _product_then_input_changed,
+    _leaf_changed_under_no_grad,
+    _view_of_saved_changed,
+]
+
+
+@pytest.mark.parametrize("forward", IN_PLACE_BUGS, ids=lambda f: f.__name__.strip("_"))
+def test_a_saved_tensor_changed_in_place_raises_as_without_the_helper(forward: object) -> None:
+    # before: with the helper, backward gave a silently wrong gradient (for
+    # _sigmoid_then_scaled, x.grad [-0.61, 0, 0.50] on torch 2.15); without it, torch raises
+    x = torch.tensor([0.5, 0.0, -1.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match=TORCH_INPLACE):
+        forward(x).sum().backward()  # type: ignore[operator]
+    assert x.grad is None
+
+    x = torch.tensor([0.5, 0.0, -1.0], requires_grad=True)
+    with record_saved_tensors() as saved:
+        out = forward(x)  # type: ignore[operator]
+    with pytest.raises(RuntimeError, match=TORCH_INPLACE) as raised:
+        out.sum().backward()
+    assert x.grad is None
+    message = str(raised.value)
+    assert "(shape (3,), torch.float32 on cpu)" in message
+    assert re.search(r"is at version [1-9]\d*; expected version \d+ instead", message)
+    assert "record_saved_tensors" in message
+    assert saved.unpacked == 0  # the refused read is not counted
+
+
+def test_a_saved_tensor_reads_back_before_the_change_and_raises_after() -> None:
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with record_saved_tensors() as saved:
+        y = x.exp()
+        assert y.grad_fn is not None
+        before = y.grad_fn._saved_result.clone()  # type: ignore[attr-defined]
+        y.add_(1)  # the in-place op replaces y.grad_fn; keep the node that saved y
+        with pytest.raises(RuntimeError, match=r"is at version 1; expected version 0"):
+            y.sum().backward()
+    assert saved.unpacked == 1  # the read before the change
+    torch.testing.assert_close(before, torch.tensor([1.0, 2.0]).exp())
+
+
+def _legitimate(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Forward passes with in-place operations that autograd accepts."""
+    h = x @ w
+    h.relu_()  # saves its output after the change
+    g = h.clone()
+    g[:, 0] = 0.0  # changes g before anything saves it
+    g.exp_()  # saves its output after the change
+    z = torch.tanh(g) * h
+    z.add_(1)  # z is saved by nothing
+    return (z.sigmoid() * x.sum(dim=1, keepdim=True)).sum()
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), rows=st.integers(1, 5), cols=st.integers(1, 5))
+def test_gradients_are_exactly_those_without_the_helper(seed: int, rows: int, cols: int) -> None:
+    torch.manual_seed(seed)
+    x0, w0 = torch.randn(rows, cols), torch.randn(cols, cols)
+    grads = []
+    for helper in (None, record_saved_tensors):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        if helper is None:
+            loss = _legitimate(x, w)
+            loss.backward(retain_graph=True)
+            loss.backward()  # a second pass over the retained graph
+        else:
+            with helper() as saved:
+                loss = _legitimate(x, w)
+            loss.backward(retain_graph=True)
+            loss.backward()
+            assert saved.unpacked > 0
+        assert x.grad is not None
+        assert w.grad is not None
+        grads.append((loss.detach(), x.grad, w.grad))
+    for plain, recorded in zip(grads[0], grads[1], strict=True):
+        assert torch.equal(plain, recorded)
+
+
+def test_double_backward_through_saved_tensors_is_unchanged() -> None:
+    x = torch.tensor([0.3, -1.2, 2.0], requires_grad=True)
+    (plain,) = torch.autograd.grad(x.sin().pow(3).sum(), x, create_graph=True)
+    (plain_second,) = torch.autograd.grad(plain.sum(), x)
+    with record_saved_tensors() as saved:
+        (first,) = torch.autograd.grad(x.sin().pow(3).sum(), x, create_graph=True)
+        (second,) = torch.autograd.grad(first.sum(), x)
+    assert torch.equal(first, plain)
+    assert torch.equal(second, plain_second)
+    assert saved.unpacked > 0
+
+
+def test_a_tensor_without_a_version_counter_is_not_checked() -> None:
+    from pytorch_memo.autograd_mechanics import _pack, _unpack, _version
+
+    with torch.inference_mode():
+        frozen = torch.ones(3)
+    with pytest.raises(RuntimeError, match="do not track version counter"):
+        frozen._version  # noqa: B018
+    assert _version(frozen) is None
+    packed = _pack(frozen, 0)
+    assert packed.version is None
+    with torch.inference_mode():
+        frozen.add_(1)  # inference tensors may change in inference mode
+    assert torch.equal(_unpack(packed, reader="record_saved_tensors"), torch.full((3,), 2.0))
+
+
+def test_inference_tensors_in_the_block_behave_as_without_it() -> None:
+    with torch.inference_mode():
+        frozen = torch.ones(3)
+    w = torch.ones(3, requires_grad=True)
+    # torch refuses to save an inference tensor before any hook sees it
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        w * frozen
+    with (
+        record_saved_tensors() as saved,
+        pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"),
+    ):
+        w * frozen
+    assert saved.count == 0
+    with record_saved_tensors() as saved, torch.inference_mode():
+        out = (frozen * 2).exp()  # nothing is saved in inference mode
+    assert saved.count == 0
+    assert out.is_inference()
+
+
+def test_what_autograd_unpacks_is_the_saved_memory() -> None:
+    x = torch.arange(4.0, requires_grad=True)
+    with record_saved_tensors() as saved:
+        y = x.exp()
+    assert y.grad_fn is not None
+    unpacked = y.grad_fn._saved_result  # type: ignore[attr-defined]
+    assert unpacked.data_ptr() == y.data_ptr()  # the alias the pack hook kept
+    assert unpacked._version == y._version == 0
+    assert saved.unpacked == 1
+
+
+class _KeepsOnCtx(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.kept = x  # not through save_for_backward: no hook sees it
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+def test_what_the_docstring_says_it_cannot_see() -> None:
+    from pytorch_memo import autograd_mechanics
+
+    doc = " ".join((autograd_mechanics.record_saved_tensors.__doc__ or "").split())
+    x = torch.ones(1024, requires_grad=True)
+    with record_saved_tensors() as on_ctx:
+        _KeepsOnCtx.apply(x)
+    assert on_ctx.count == 0
+    assert "keeps as attributes of ``ctx``" in doc
+
+    inner: list[torch.Tensor] = []
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        inner.append(tensor)
+        return tensor
+
+    with record_saved_tensors() as outer, torch.autograd.graph.saved_tensors_hooks(keep, keep):
+        x.exp()
+    assert (outer.count, len(inner)) == (0, 1)  # the innermost pair only
+    assert "innermost pair" in doc

@@ -174,6 +174,31 @@ def test_unknown_name() -> None:
 
 
 @pytest.mark.parametrize(
+    ("kind", "error", "match"),
+    [
+        (
+            "buffers",
+            ValueError,
+            "kind must be None or one of 'parameter', 'buffer', 'attribute', got 'buffers'",
+        ),
+        ("Parameter", ValueError, "kind must be None or one of .*, got 'Parameter'"),
+        ("", ValueError, "kind must be None or one of .*, got ''"),
+        (1, TypeError, "kind must be None or one of .*, got int: 1"),
+    ],
+)
+def test_an_unknown_kind_is_refused(kind: object, error: type[Exception], match: str) -> None:
+    # before: names(kind="buffers") returned () for a module with three buffers
+    table = inventory(nn.BatchNorm1d(2))
+    with pytest.raises(error, match=match):
+        table.names(kind=kind)  # type: ignore[arg-type]
+    assert table.names(kind="buffer") == ("running_mean", "running_var", "num_batches_tracked")
+    assert table.names(kind="attribute") == ()  # a known kind with no rows
+    assert (
+        table.names(kind=None) == table.names() == ("weight", "bias", *table.names(kind="buffer"))
+    )
+
+
+@pytest.mark.parametrize(
     ("module", "attributes", "match"),
     [
         (torch.zeros(1), True, "module must be a torch.nn.Module, got Tensor"),

@@ -436,6 +436,50 @@ def test_watch_sees_what_record_saved_tensors_sees_and_keeps_gradients() -> None
     assert watched.alive == 0
 
 
+@pytest.mark.parametrize("helper", ["watch_saved_tensors", "record_saved_tensors"])
+def test_watch_keeps_torchs_in_place_check(helper: str) -> None:
+    # before: with watch_saved_tensors, backward gave x.grad [-0.61, 0, 0.50]; torch raises
+    from pytorch_memo import autograd_mechanics, training_loop
+
+    block = getattr(training_loop, helper, None) or getattr(autograd_mechanics, helper)
+    inplace = "one of the variables needed for gradient computation has been modified by an inplace operation"
+    x = torch.tensor([0.5, 0.0, -1.0], requires_grad=True)
+    s = x.sigmoid()
+    s.mul_(2)
+    with pytest.raises(RuntimeError, match=inplace):
+        s.sum().backward()
+    with block():
+        s = x.sigmoid()
+        s.mul_(2)
+    with pytest.raises(RuntimeError, match=inplace) as raised:
+        s.sum().backward()
+    assert x.grad is None
+    assert f"saved tensor 0 of the {helper} block (shape (3,), torch.float32 on cpu)" in str(
+        raised.value
+    )
+    assert "is at version 1; expected version 0 instead" in str(raised.value)
+
+
+def test_watch_gives_the_gradients_of_plain_torch() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(inplace=True), nn.Linear(8, 2), nn.Tanh())
+    x = torch.randn(5, 3)
+    grads = []
+    for watching in (False, True):
+        model.zero_grad()
+        if watching:
+            with watch_saved_tensors(ignore=model.parameters()) as watched:
+                model(x).pow(2).sum().backward()
+            assert watched.saved > 0
+            assert watched.alive == 0
+        else:
+            model(x).pow(2).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    assert len(grads[0]) == len(grads[1]) == 4
+    for plain, watched_grad in zip(*grads, strict=True):
+        assert torch.equal(plain, watched_grad)
+
+
 def test_watch_under_no_grad_sees_nothing() -> None:
     w = torch.ones(3, requires_grad=True)
     with watch_saved_tensors() as watched, torch.no_grad():
