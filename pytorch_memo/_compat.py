@@ -25,7 +25,6 @@ the buffers whose names ``state_dict()`` holds (not ``_non_persistent_buffers_se
 from __future__ import annotations
 
 import importlib.util
-import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -123,8 +122,7 @@ def inductor_config() -> Any:
     ``torch.use_deterministic_algorithms`` sets from torch 2.10 on (importing it anyway),
     or None on older torch, which lacks the option (then nothing is imported). Typed
     Any: a config module, whose options are set as attributes."""
-    release = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
-    if release is None or (int(release[1]), int(release[2])) < (2, 10):
+    if torch.__version__ < "2.10":  # TorchVersion compares as a version
         return None
     from torch._inductor import config  # only where torch imports it anyway
 
