@@ -103,12 +103,12 @@ def attention(
         ``(..., L, Ev)``, query's dtype.
 
     Raises:
-        TypeError: an argument has the wrong type, or a tensor is not floating point
-            (the mask: neither bool nor query's dtype).
+        TypeError: an argument has the wrong type, a tensor is not floating point
+            (the mask: neither bool nor query's dtype), or ``attn_mask`` is a
+            ``CausalBias`` (``causal_lower_right``: pass the dense mask).
         ValueError: the shapes, dtypes or devices do not fit together, both
-            ``attn_mask`` and ``is_causal`` are given, ``attn_mask`` is a
-            ``CausalBias`` (``causal_lower_right``: pass the dense mask), query has no
-            features, or the scores, the (repeated) keys and values and the result would
+            ``attn_mask`` and ``is_causal`` are given, query has no features, or the
+            scores, the (repeated) keys and values and the result would
             exceed ``SCORE_LIMIT`` elements; nothing is allocated before these checks.
 
     Example:

@@ -299,3 +299,25 @@ def test_the_peak_holds_the_scores_twice() -> None:
     for options in ({}, {"attn_mask": torch.ones(512, 512)}):
         peak = peak_memory(lambda o=options: attention(q, q, q, **o)).peak  # type: ignore[misc]
         assert 2 * scores <= peak < 2.1 * scores, (options, peak)
+
+
+def test_the_docstring_names_the_error_a_causal_bias_gets() -> None:
+    """The ``Raises:`` section lists a ``CausalBias`` mask under the error it gets."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    q = torch.zeros(1, 2, 3, 2)
+    with pytest.raises(TypeError) as caught:
+        attention(q, q, q, attn_mask=causal_lower_right(3, 3))
+    raises = (attention.__doc__ or "").split("Raises:")[1].split("Example:")[0]
+    by_type: dict[str, str] = {}  # each error type and the lines that describe it
+    current = ""
+    for line in raises.splitlines():
+        head = line.strip().split(":")[0]
+        if head.endswith("Error") and " " not in head:
+            current = head
+        if current:
+            by_type[current] = by_type.get(current, "") + line
+    assert "CausalBias" in by_type[caught.type.__name__], by_type
+    assert [name for name, text in by_type.items() if "CausalBias" in text] == [
+        caught.type.__name__
+    ]
