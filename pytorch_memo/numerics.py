@@ -8,7 +8,9 @@ infinity appears, naming the module whose own code made it; the rows of its
 
 from __future__ import annotations
 
+import inspect
 import sys
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -109,8 +111,9 @@ class NonFiniteError(FloatingPointError):
 
     Attributes:
         layer: the name of the module whose own code made the values (``""`` for the
-            watched model itself); ``None`` when they came from outside the watched
-            modules (the model's input).
+            watched model itself); ``None`` when they came from outside the calls of the
+            watched modules (the model's input, or, when the model was run as
+            ``model.forward(x)``, which runs none of its own hooks, its own code).
         where: the tensor that holds them: ``output``, ``output[0]``, ``args[0]``,
             ``kwargs['mask']``...
         nan: how many NaN values that tensor holds.
@@ -236,10 +239,14 @@ class NonFiniteWatch:
         self._rows: list[ActivationRow] = []
         self._unlisted = 0
         self._running: list[tuple[nn.Module, int | None]] = []
+        self._rows_of_model = False  # the rows are those of a call of the model itself
+        self._warned = False
 
     @property
     def table(self) -> ActivationTable:
-        """The module calls of the latest forward pass (of its outermost module call)."""
+        """The module calls of the latest forward pass: the latest call of the model, or,
+        where its submodules were called without it (``model.forward(x)``), every call
+        since the last call of the model."""
         return ActivationTable(tuple(self._rows), self._unlisted)
 
     def __enter__(self) -> Self:
@@ -247,6 +254,7 @@ class NonFiniteWatch:
             msg = "this watch is active already: make another with stop_at_nonfinite(model)"
             raise RuntimeError(msg)
         self._names = {id(m): n for n, m in self._model.named_modules()}
+        self._warned = False
         try:
             for module in self._model.modules():
                 self._handles.append(
@@ -277,6 +285,20 @@ class NonFiniteWatch:
     def _name(self, module: nn.Module) -> str:
         return self._names.get(id(module), type(module).__name__)
 
+    def _forward_running(self) -> bool:
+        """Whether the watched model's own ``forward`` is running, called directly
+        (``model.forward(x)``: none of the model's own hooks run)."""
+        code = getattr(getattr(type(self._model), "forward", None), "__code__", None)
+        frame = inspect.currentframe()
+        try:
+            while frame is not None:
+                if frame.f_code is code and frame.f_locals.get("self") is self._model:
+                    return True
+                frame = frame.f_back
+            return False
+        finally:
+            del frame
+
     def _unwatched(self, module: nn.Module) -> str:
         """What to add to a message blaming ``module``'s own code when it holds
         submodules that were not there when the watch began (they have no hooks)."""
@@ -292,10 +314,23 @@ class NonFiniteWatch:
         )
 
     def _before(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not self._running:  # an outermost call: a new forward pass
-            self._rows.clear()
-            self._unlisted = 0
         name = self._name(module)
+        outside = not self._running and module is not self._model
+        if not self._running and (self._rows_of_model or not outside):
+            self._rows.clear()  # an outermost call: a new forward pass
+            self._unlisted = 0
+        if not self._running:
+            self._rows_of_model = not outside
+        by_forward = outside and self._forward_running()
+        if by_forward and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"stop_at_nonfinite: the watched model ({type(self._model).__name__}) runs as "
+                "`model.forward(x)`, which runs none of its own hooks: its layers are "
+                "checked, its own code is not; call the model, `model(x)`",
+                UserWarning,
+                stacklevel=2,
+            )
         inputs = _counted(args, "args") + _counted(kwargs, "kwargs") if self._check_inputs else []
         for where, count in inputs:
             if count.finite:
@@ -312,6 +347,12 @@ class NonFiniteWatch:
                 f"{_label(name, module)} was called with {count.described(where)}: the "
                 "values were made before the call, outside the watched modules"
             )
+            if by_forward:
+                message += (
+                    f"; the watched model ({type(self._model).__name__}) runs as "
+                    "`model.forward(x)`, which runs none of its own hooks, so its own code "
+                    "may have made them: call the model, `model(x)`, to tell"
+                )
             raise self._error(message, None, where, count)
         index: int | None = None
         if len(self._rows) < MAX_ROWS:
@@ -373,7 +414,10 @@ def stop_at_nonfinite(model: nn.Module, *, check_inputs: bool = True) -> NonFini
     floating-point and complex tensors of inputs and outputs are checked, inside
     tuples, lists and dicts too; ``meta``, sparse and nested tensors are not. Forward
     hooks run when a module is called (``layer(x)``), not when its ``forward`` is
-    called directly.
+    called directly: run as ``model.forward(x)``, the model's own code is not checked
+    (its layers still are, and their rows are kept), and the watch warns once.
+    Submodules called without the model (a layer of an ``nn.ModuleDict``) are checked
+    as the model's input is, from outside.
 
     A model that passes inf on purpose between its modules (a float attention mask of
     ``-inf``, such as ``nn.Transformer.generate_square_subsequent_mask`` makes) stops

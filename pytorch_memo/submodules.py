@@ -235,7 +235,8 @@ def _check_arity(model: nn.Module, count: int) -> None:
 # does not check it (checked against the CPU in tests/test_submodules.py).
 _ONE_DTYPE = frozenset(
     {
-        "linear", "mm", "matmul", "__matmul__", "__rmatmul__", "addmm", "mv", "addmv",
+        "linear", "mm", "matmul", "__matmul__", "__rmatmul__", "linalg_matmul", "addmm",
+        "mv", "addmv",
         "addbmm", "baddbmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
         "conv_transpose2d", "conv_transpose3d",
     }
@@ -244,6 +245,12 @@ _ONE_DTYPE = frozenset(
 # input (the CPU's mixed-dtype normalisation).
 _NORMS = frozenset({"layer_norm", "group_norm", "batch_norm", "instance_norm"})
 _REDUCED = (torch.float16, torch.bfloat16)
+# F.multi_head_attention_forward (nn.MultiheadAttention, so every Transformer layer) is a
+# Python function that runs its own matrix products, which a TorchFunctionMode does not
+# see: its tensors but the masks (bool, or float of any dtype) must share one dtype.
+_ATTENTION = "multi_head_attention_forward"
+_ATTENTION_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
+_MASKS = frozenset({"key_padding_mask", "attn_mask"})
 
 
 def _tensor_arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
@@ -266,11 +273,28 @@ class _CpuDtypes(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in _ONE_DTYPE or name in _NORMS:
             _check_dtypes(name, _tensor_arguments(args, kwargs))
+        elif func is F.multi_head_attention_forward:
+            _check_dtypes(_ATTENTION, _attention_tensors(args, kwargs))
         elif func is F.embedding:  # indices first; torch.embedding takes the weight first
             _check_indices(args[0] if args else kwargs.get("input"))
         elif func is torch.embedding:
             _check_indices(args[1] if len(args) > 1 else kwargs.get("indices"))
         return func(*args, **kwargs)
+
+
+def _attention_tensors(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of a call of ``F.multi_head_attention_forward`` but its masks, named."""
+    try:
+        bound = _ATTENTION_SIGNATURE.bind(*args, **kwargs)
+    except TypeError:
+        return []  # the call itself will say what is wrong
+    return [
+        (f"argument {name!r}", value)
+        for name, value in bound.arguments.items()
+        if isinstance(value, torch.Tensor) and name not in _MASKS
+    ]
 
 
 def _check_indices(indices: Any) -> None:
@@ -288,7 +312,7 @@ def _check_dtypes(name: str, tensors: list[tuple[str, torch.Tensor]]) -> None:
     """Raise the CPU's refusal of ``name`` on these tensors' dtypes, as a RuntimeError."""
     if not tensors:
         return
-    cast = name in _ONE_DTYPE and torch.is_autocast_enabled("cpu")
+    cast = name not in _NORMS and torch.is_autocast_enabled("cpu")
     # CPU autocast casts every floating operand but float64 to its dtype first.
     low = torch.get_autocast_dtype("cpu") if cast else None
 
@@ -332,11 +356,15 @@ def layer_shapes(
 
     The ``meta`` device checks shapes, but not every dtype the CPU refuses. This checks
     the mixes of dtypes the CPU refuses in matrix products (``F.linear``, ``@``,
-    ``torch.mm``, ``torch.matmul``, ``addmm``...), convolutions and normalisations
-    (layer, group, batch and instance norm, which take float32 parameters for a float16
-    or bfloat16 input), under CPU autocast too, and an embedding's indices, which must be
-    int64 or int32 (torch 2.8 to 2.12 let others through on ``meta``). Other dtypes a CPU kernel lacks (the
-    softmax or GELU of an integer tensor) are not checked.
+    ``torch.mm``, ``torch.matmul``, ``addmm``...), convolutions, normalisations (layer,
+    group, batch and instance norm, which take float32 parameters for a float16 or
+    bfloat16 input) and ``F.multi_head_attention_forward`` (``nn.MultiheadAttention``,
+    so every Transformer layer), under CPU autocast too, and an embedding's indices,
+    which must be int64 or int32 (torch 2.8 to 2.12 let others through on ``meta``).
+    These are checked where ``forward`` calls them: another Python function of torch
+    that calls them inside itself (as ``F.multi_head_attention_forward`` calls
+    ``F.linear``) hides them. Other dtypes a CPU kernel lacks (the softmax or GELU of an
+    integer tensor) are not checked.
 
     Args:
         model: the model; in training or evaluation mode, as it will run.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import warnings
 from typing import Any
 
 import pytest
@@ -422,3 +423,46 @@ def test_float8_outputs_are_counted(dtype: torch.dtype) -> None:
     cast.scale = math.nan  # the layer's own values are NaN now (both formats have NaN)
     with pytest.raises(NonFiniteError, match=r"layer '1' \(ToFloat8\)"), stop_at_nonfinite(model):
         model(torch.tensor([1.0, -3.0]))
+
+
+# -- a model run as model.forward(x): its own hooks do not run ----------------------------
+
+
+def test_a_model_run_by_its_forward_warns_keeps_its_rows_and_says_so() -> None:
+    """``model.forward(x)`` runs none of the model's own hooks, only its layers': the
+    watch warns once, keeps the rows of every layer, and does not blame the input alone."""
+    model = LogBetween()
+    with warnings.catch_warnings(record=True) as caught, stop_at_nonfinite(model) as watch:
+        warnings.simplefilter("always")
+        model.forward(torch.ones(2))
+        model.forward(torch.ones(2))
+    assert len(caught) == 1  # once per block
+    assert caught[0].category is UserWarning
+    said = str(caught[0].message)
+    assert "the watched model (LogBetween) runs as `model.forward(x)`" in said
+    assert "call the model, `model(x)`" in said
+    assert [r.name for r in watch.table] == ["first", "second", "first", "second"]
+    with (
+        pytest.warns(UserWarning, match="runs as `model.forward"),
+        pytest.raises(NonFiniteError) as stopped_at,
+        stop_at_nonfinite(model),
+    ):
+        model.forward(-torch.ones(2))
+    error = stopped_at.value
+    assert (error.layer, error.where, error.nan) == (None, "args[0]", 2)
+    assert "the watched model (LogBetween) runs as `model.forward(x)`" in str(error)
+    assert "its own code may have made them" in str(error)
+    with stop_at_nonfinite(model) as watch:  # called: no warning, its rows start again
+        model(torch.ones(2))
+        model(torch.ones(2))
+    assert [r.name for r in watch.table] == ["", "first", "second"]
+    assert stopped(model, -torch.ones(2)).layer == ""
+    container = nn.ModuleDict({"log": Log(), "id": nn.Identity()})  # no forward of its own
+    with warnings.catch_warnings(), stop_at_nonfinite(container) as watch:
+        warnings.simplefilter("error")  # its layers called one by one: no warning
+        container["log"](torch.ones(2))
+        container["id"](torch.ones(2))
+    assert [r.name for r in watch.table] == ["log", "id"]
+    with pytest.raises(NonFiniteError) as stopped_at, stop_at_nonfinite(container):
+        container["id"](torch.tensor([math.nan]))
+    assert "model.forward" not in str(stopped_at.value)

@@ -586,6 +586,7 @@ def _operands(name: str, first: torch.dtype, second: torch.dtype, device: str) -
         "linear": lambda: F.linear(t(2, 3), t(4, 3, dtype=second)),
         "mm": lambda: torch.mm(t(2, 3), t(3, 4, dtype=second)),
         "matmul": lambda: torch.matmul(t(2, 3), t(3, 4, dtype=second)),
+        "linalg_matmul": lambda: torch.linalg.matmul(t(2, 3), t(3, 4, dtype=second)),
         "__matmul__": lambda: t(2, 3) @ t(3, 4, dtype=second),
         "__rmatmul__": lambda: t(3, 4, dtype=second).__rmatmul__(t(2, 3)),
         "addmm": lambda: torch.addmm(t(2, 4), t(2, 3), t(3, 4, dtype=second)),
@@ -714,3 +715,64 @@ def test_plain_items_of_a_container_get_no_path_made() -> None:
     model.ids = list(range(100_000))  # type: ignore[assignment]
     model.held = [nn.Linear(2, 2)]  # type: ignore[assignment]
     assert [row.name for row in unregistered(model)] == ["held[0]"]
+
+
+def test_dtypes_mixed_inside_multi_head_attention_are_refused_as_the_cpu_refuses_them() -> None:
+    """``nn.MultiheadAttention`` calls ``F.multi_head_attention_forward``, a Python
+    function that runs its own matrix products: a float64 attention layer (so a
+    Transformer layer) given float32 input is refused, as the CPU refuses it, and run in
+    one dtype it gives the CPU's shapes."""
+    q = torch.ones(3, 2, 8)
+    attention = nn.MultiheadAttention(8, 2).double()
+    encoder = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16).double()
+    for model, args in ((attention, (q, q, q)), (encoder, (q,))):
+        with pytest.raises(RuntimeError, match="same dtype"):
+            model(*args)  # the CPU
+        with pytest.raises(LayerShapeError, match="the CPU refuses this mix of dtypes"):
+            layer_shapes(model, *args)
+        wide = tuple(a.double() for a in args)
+        table = layer_shapes(model, *wide)
+        assert [(r.name, r.inputs, r.outputs) for r in table] == real_calls(model, *wide)
+    refused = r"^layer 'self_attn' \(MultiheadAttention\) raised .* argument 'in_proj_weight'"
+    with pytest.raises(LayerShapeError, match=refused):
+        layer_shapes(encoder, q)
+
+
+class _Masked(nn.Module):
+    """An ``nn.MultiheadAttention`` given the same tensor as query, key and value."""
+
+    def __init__(self, attention: nn.MultiheadAttention, mask: torch.Tensor | None) -> None:
+        super().__init__()
+        self.attention = attention
+        self.mask = mask  # a bool mask, not a buffer: moved to the input's device
+
+    def forward(self, x: torch.Tensor) -> Any:
+        padding = None if self.mask is None else self.mask.to(x.device)
+        return self.attention(x, x, x, key_padding_mask=padding)
+
+
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16])
+def test_multi_head_attention_dtypes_are_refused_exactly_as_the_cpu_refuses_them(
+    autocast: torch.dtype | None,
+) -> None:
+    # Under CPU autocast, the torch.cat that appends bias_k refuses float16 beside
+    # bfloat16 ("at::autocast::prioritize"): not a matrix product, and not checked; and
+    # the meta device, which autocast does not cast, refuses a key padding mask made in
+    # the input's dtype beside the float32 projections that CPU autocast makes bfloat16.
+    bias_kv = autocast is None
+    mask = torch.tensor([[False, False, True]] * 2) if autocast is None else None
+    for inner, outer in itertools.product(FLOATS, FLOATS):
+        model = nn.MultiheadAttention(8, 2, add_bias_kv=bias_kv).to(outer)
+        x = torch.ones(3, 2, 8, dtype=inner)
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=bool(autocast)):
+            try:
+                model(x, x, x, key_padding_mask=mask)
+            except RuntimeError:
+                cpu_runs = False
+            else:
+                cpu_runs = True
+            if cpu_runs:
+                assert layer_shapes(_Masked(model, mask), x)[""].outputs is not None, (inner, outer)
+                continue
+            with pytest.raises(LayerShapeError, match="the CPU refuses this mix of dtypes"):
+                layer_shapes(_Masked(model, mask), x)
