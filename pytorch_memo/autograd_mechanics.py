@@ -144,8 +144,9 @@ def _pack(tensor: torch.Tensor, position: int) -> _Packed:
 
     The graph keeps a detached alias (the same memory, and the same version counter),
     as torch's documentation of saved tensor hooks advises: the tensor itself, when
-    it is an output of the graph, would hold its own grad_fn, a cycle that outlives
-    the graph until gc runs.
+    it is an output of the graph, would hold its own grad_fn, a cycle that Python's gc
+    cannot collect (it passes through autograd's C++ nodes), so the tensor outlives the
+    graph.
     """
     return _Packed(tensor.detach(), _version(tensor), position)
 
