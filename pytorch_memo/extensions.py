@@ -12,7 +12,11 @@ build, blocking nothing.
 :func:`build_extension` is safe under both. Builds through it take turns on an OS lock
 of their own (``lock.memo``, which also records who is building); the next one to get
 the turn sees the record a killed build left, removes the dead build's ``lock`` and
-says so with a :class:`StaleLockWarning` that names the path, then builds.
+says so with a :class:`StaleLockWarning` that names the path, then builds. A ``lock``
+that may be a live build's, outside these turns (a plain ``load_inline`` of torch
+<= 2.13, whose file is its only mark: a fresh file, or one whose folder a process of
+this user works in, as ninja and the compilers do), is left alone: the build waits for
+it to go, up to its timeout, then says which file to delete.
 
 A killed build must not leave its compilers running either: ninja starts each command
 in a process group of its own, so killing the build (or its process group) used to
@@ -42,6 +46,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import tomllib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -70,6 +75,8 @@ __all__ = [
 LOCK_NAME = "lock"  # torch's lock file in every build directory
 TURN_NAME = "lock.memo"  # the OS lock that builds through build_extension take turns on
 POLL_SECONDS = 0.1
+BATON_GRACE_SECONDS = 30.0  # a plain build holds a fresh FileBaton before ninja starts
+PROJECT_NAME = "pytorch-memo"  # the name in the pyproject.toml of a checkout of the book
 GUARD_DIR = ".memo-bin"  # in each build directory: the ninja wrapper (see _ninja_guard)
 
 
@@ -139,15 +146,18 @@ def release_folder_name() -> str:
 def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
     """Where extensions are built: ``TORCH_EXTENSIONS_DIR``, else a folder per release.
 
-    ``TORCH_EXTENSIONS_DIR``, when it is set, is used as it is (as torch does). Otherwise
-    the folder is :func:`release_folder_name` (one per torch release, Python and
-    accelerator) under a base folder: inside this project's checkout (found by walking
-    up from ``start`` to a folder that holds ``_toc.yml`` and ``pyproject.toml``)
-    ``_build/torch_extensions`` at its root. Elsewhere (an installed package, Colab)
-    torch's own default, a ``torch_extensions`` folder in the user's cache, or where
-    that folder cannot be created, is not a folder, or can be written by other users, a
-    private temporary folder, ``torch_extensions-<uid>`` (mode ``0o700``): nobody else
-    may place a library where a build would load it.
+    ``TORCH_EXTENSIONS_DIR``, when it is set, is used as it is (as torch does): put the
+    release in it yourself. Otherwise the folder is :func:`release_folder_name` (one per
+    torch release, Python and accelerator) under a base folder: inside a checkout of this
+    book (found by walking up from ``start`` to a folder that holds ``_toc.yml`` and a
+    ``pyproject.toml`` whose project is named ``pytorch-memo``) ``_build/torch_extensions``
+    at its root, when the checkout's root and every folder from it down to the build
+    folder are this user's and not writable by others. Elsewhere (an installed package,
+    Colab, another project, a checkout others can write to) torch's own default, a
+    ``torch_extensions`` folder in the user's cache, or where that folder cannot be
+    created, is not a folder, or can be written by other users, a private temporary
+    folder, ``torch_extensions-<uid>`` (mode ``0o700``): nobody else may place a library
+    where a build would load it.
 
     Args:
         start: where to begin looking (the current directory when ``None``).
@@ -163,8 +173,8 @@ def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
         >>> import os, tempfile
         >>> from pathlib import Path
         >>> project = Path(tempfile.mkdtemp()).resolve()
-        >>> for marker in ("_toc.yml", "pyproject.toml"):
-        ...     (project / marker).touch()
+        >>> (project / "_toc.yml").touch()
+        >>> _ = (project / "pyproject.toml").write_text('[project]\\nname = "pytorch-memo"')
         >>> (project / "book").mkdir()
         >>> found = default_build_root(start=project / "book")  # from a chapter's folder
         >>> "TORCH_EXTENSIONS_DIR" in os.environ or found.parent.relative_to(project).as_posix()
@@ -177,14 +187,53 @@ def default_build_root(*, start: str | os.PathLike[str] | None = None) -> Path:
     if given:
         return Path(given)
     release = release_folder_name()
-    for folder in (here.resolve(), *here.resolve().parents):
-        if (folder / "_toc.yml").is_file() and (folder / "pyproject.toml").is_file():
-            return folder / "_build" / "torch_extensions" / release
+    checkout = _checkout_root(here.resolve())
+    if checkout is not None:
+        inside = _private_path(checkout, ("_build", "torch_extensions", release))
+        if inside is not None:
+            return inside
     from torch.utils.cpp_extension import get_default_build_root
 
     private = Path(tempfile.gettempdir()) / f"torch_extensions-{os.getuid()}"
     base = _private_folder(Path(get_default_build_root()), private)
     return _private_folder(base / release)
+
+
+def _checkout_root(here: Path) -> Path | None:
+    """The nearest folder at or above ``here`` that is a checkout of this book."""
+    for folder in (here, *here.parents):
+        if (folder / "_toc.yml").is_file() and _names_this_book(folder / "pyproject.toml"):
+            return folder
+    return None
+
+
+def _names_this_book(pyproject: Path) -> bool:
+    """Whether ``pyproject`` is a TOML file whose ``[project]`` is named pytorch-memo."""
+    try:
+        data = tomllib.loads(pyproject.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    project = data.get("project")
+    return isinstance(project, dict) and project.get("name") == PROJECT_NAME
+
+
+def _private_path(root: Path, parts: Sequence[str]) -> Path | None:
+    """``root / parts...``, each folder created private where missing, or None when
+    ``root`` or a folder on the way is a link, another user's, or writable by others."""
+    try:
+        info = root.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        return None
+    folder = root
+    for part in parts:
+        folder = folder / part
+        try:
+            _private_folder(folder)
+        except PermissionError:
+            return None
+    return folder
 
 
 def _private_folder(*candidates: Path) -> Path:
@@ -278,10 +327,13 @@ def is_stale_lock(build_directory: str | os.PathLike[str]) -> bool:
     """Whether the ``lock`` file in ``build_directory`` is a dead build's leftover.
 
     It is when no process holds it, no build through :func:`build_extension` is running
-    there (one holds ``lock.memo``), and either a build was killed there
+    there (one holds ``lock.memo``), no process of this user works in the directory (as
+    ninja and the compilers of a build do; Linux), and either a build was killed there
     (:func:`killed_build`) or this torch's builds wait on the file's mere existence
-    (``FileBaton``, torch < 2.14), where a leftover file blocks every later build.
-    With torch >= 2.14 the file stays after every normal build and blocks nothing.
+    (``FileBaton``, torch < 2.14), where a leftover file blocks every later build, and
+    the file is at least ``BATON_GRACE_SECONDS`` old (a plain ``load_inline`` holds a
+    fresh one before its ninja starts). With torch >= 2.14 the file stays after every
+    normal build and blocks nothing.
 
     Args:
         build_directory: one extension's build directory.
@@ -305,6 +357,37 @@ def is_stale_lock(build_directory: str | os.PathLike[str]) -> bool:
     return _is_stale(folder, killed_build(folder))
 
 
+def _working_in(folder: Path) -> int | None:
+    """A process (not this one) whose working folder is ``folder`` or below it, as ninja
+    and the compilers of a build are: its pid, or None (also where there is no /proc)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    try:
+        target = folder.resolve()
+        entries = [e.name for e in os.scandir(proc) if e.name.isdigit()]
+    except OSError:
+        return None
+    for name in entries:
+        if int(name) == os.getpid():
+            continue
+        try:
+            cwd = Path(os.readlink(proc / name / "cwd"))
+        except OSError:  # gone, a zombie, or another user's
+            continue
+        if cwd == target or target in cwd.parents:
+            return int(name)
+    return None
+
+
+def _age(path: Path) -> float:
+    """Seconds since ``path`` last changed (0 when it is gone)."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def _is_stale(folder: Path, record: str | None, *, own_turn: bool = False) -> bool:
     """``own_turn``: the caller holds the build directory's turn (``lock.memo``) itself."""
     lock = folder / LOCK_NAME
@@ -312,7 +395,13 @@ def _is_stale(folder: Path, record: str | None, *, own_turn: bool = False) -> bo
         return False
     if not own_turn and _held_by_someone(folder / TURN_NAME):
         return False  # a live build: under FileBaton its `lock` is held by existing
-    return record is not None or _torch_lock_is_a_file()
+    if record is None and not _torch_lock_is_a_file():
+        return False  # torch >= 2.14 keeps the file after every build: it blocks nothing
+    if _working_in(folder) is not None:
+        return False  # a build at work (ninja, a compiler): a plain load_inline's, say
+    # Under FileBaton a plain load_inline marks its build only by the file's existence,
+    # for a moment before its ninja starts: a fresh file may be a live build's.
+    return record is not None or _age(lock) >= BATON_GRACE_SECONDS
 
 
 def clear_stale_lock(build_directory: str | os.PathLike[str]) -> Path | None:
@@ -352,9 +441,9 @@ def _clear(folder: Path, who: str | None, *, own_turn: bool = False) -> Path | N
     cause = (
         f"the build ({who}) was killed midway and no live process holds it"
         if who
-        else "no live process holds it and this torch's builds would wait for it forever "
-        "(a build was killed midway, or a torch that keeps the file after its builds, "
-        "as 2.14 and 2.15 do, built here)"
+        else f"it is {_age(folder / LOCK_NAME):.0f} s old, no process works in its folder, "
+        "and this torch's builds would wait for it forever (a build was killed midway, or "
+        "a torch that keeps the file after its builds, as 2.14 and 2.15 do, built here)"
     )
     lock = folder / LOCK_NAME
     lock.unlink(missing_ok=True)
@@ -457,7 +546,8 @@ def _turn(folder: Path, *, timeout: float) -> Iterator[None]:
                 raise TimeoutError(msg)
             time.sleep(POLL_SECONDS)
         record = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-        _clear(folder, record or None, own_turn=True)  # the previous holder's record: it was killed
+        # the previous holder's record: it was killed
+        _settle(folder, record or None, deadline=deadline, timeout=timeout)
         started = time.strftime("%Y-%m-%d %H:%M:%S")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}, started {started}".encode(), 0)
@@ -468,6 +558,29 @@ def _turn(folder: Path, *, timeout: float) -> Iterator[None]:
             os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # closing drops the flock
+
+
+def _settle(folder: Path, record: str | None, *, deadline: float, timeout: float) -> None:
+    """Remove a stale ``lock``; under FileBaton wait while a live one (a plain build's)
+    exists, until ``deadline``, rather than let ``load_inline`` wait on it forever."""
+    lock = folder / LOCK_NAME
+    while _clear(folder, record, own_turn=True) is None:
+        if not (_torch_lock_is_a_file() and lock.is_file()) or _held_by_someone(lock):
+            return  # nothing blocks, or an OS lock that torch's own wait handles
+        if time.monotonic() >= deadline:
+            pid = _working_in(folder)
+            who = (
+                f"process {pid} works in {folder}"
+                if pid is not None
+                else f"it is {_age(lock):.0f} s old"
+            )
+            msg = (
+                f"waited {timeout:g} s for {lock} to go: {who}, a build outside "
+                "build_extension (a plain load_inline) may be running; when no build of "
+                f"this extension runs, delete it (rm {shlex.quote(str(lock))}) and build again"
+            )
+            raise TimeoutError(msg)
+        time.sleep(POLL_SECONDS)
 
 
 def build_extension(
@@ -487,7 +600,10 @@ def build_extension(
     The extension is built in ``build_root / name``. Builds through this function take
     turns on an OS lock (``lock.memo``) that the kernel releases if a builder dies;
     whoever has the turn removes a stale ``lock`` left by a killed build (warning
-    :class:`StaleLockWarning`) and then calls ``torch.utils.cpp_extension.load_inline``,
+    :class:`StaleLockWarning`; see :func:`is_stale_lock`), under torch < 2.14 waits
+    while a live ``lock`` of a build outside this function exists (a plain
+    ``load_inline``, up to ``wait_timeout``), and then calls
+    ``torch.utils.cpp_extension.load_inline``,
     which rebuilds what the killed build left unfinished (ninja keeps track). It builds
     with the ninja installed with this Python when there is one (another ninja version
     would rebuild what this one built).
@@ -517,7 +633,9 @@ def build_extension(
             importable module (loading the extension would replace it in
             ``sys.modules``), ``cpp_sources`` is empty, or ``wait_timeout`` is not
             positive and finite.
-        TimeoutError: another live build held the turn for ``wait_timeout`` seconds.
+        TimeoutError: another live build held the turn, or (torch < 2.14) a ``lock``
+            that is not stale stayed, for ``wait_timeout`` seconds; the message names
+            the file to delete when no build runs.
         RuntimeError: the compiler or linker failed (torch's message), or
             ``cuda_sources`` were given without a CUDA toolkit or target architecture.
         ImportError: the built library does not import as module ``name``.

@@ -13,6 +13,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -262,14 +263,39 @@ class MemoryPeak:
         return f"{self.device}: peak {self.peak:,} bytes, retained {self.retained:,} bytes"
 
 
+def _cuda_allocations() -> int | None:
+    """How many CUDA allocations this process has made on the current device (None where
+    CUDA is not initialized: then ``fn`` made none)."""
+    if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        return None
+    return int(torch.cuda.memory_stats().get("allocation.all.allocated", 0))
+
+
+def _cuda_work_pending() -> bool:
+    """Whether the current CUDA stream still has work queued (False where CUDA is not
+    initialized: then nothing was queued)."""
+    if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        return False
+    return not torch.cuda.current_stream().query()
+
+
 def _cpu_peak(fn: Callable[[], object]) -> MemoryPeak:
     from torch.profiler import ProfilerActivity, profile
 
+    cuda_before = _cuda_allocations()
     # acc_events: torch 2.10 and 2.11 warn once per process without it ("Profiler clears
     # events at the end of each cycle"); one cycle here, so accumulating changes nothing.
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         result = fn()  # kept alive until the profile ends: it counts as retained
     del result
+    cuda_after = _cuda_allocations()
+    if cuda_after is not None and cuda_after != (cuda_before or 0):
+        warnings.warn(
+            f"fn allocated CUDA memory ({cuda_after - (cuda_before or 0)} allocations), "
+            "which peak_memory on the CPU does not count: pass device='cuda' to measure it",
+            UserWarning,
+            stacklevel=3,
+        )
     level = peak = 0
     for _, size in cpu_allocations(prof):
         level += size
@@ -301,7 +327,9 @@ def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu")
     allocation on that device, also other threads').
 
     ``retained`` is what was still allocated when ``fn`` returned, its return value
-    included. Frees of tensors made before the call are not seen on the CPU.
+    included. Frees of tensors made before the call are not seen on the CPU. The device
+    is not inferred from what ``fn`` does: on the CPU (the default) CUDA allocations are
+    not counted, and a warning says so when ``fn`` made some.
 
     Args:
         fn: a callable taking no arguments (wrap arguments with a lambda).
@@ -316,6 +344,9 @@ def peak_memory(fn: Callable[[], object], *, device: str | torch.device = "cpu")
         ValueError: ``device`` is neither CPU nor CUDA, or names a CPU other than
             ``"cpu"`` (``"cpu:1"``: a CPU has index 0 or none, as torch.load requires).
         RuntimeError: ``device`` is CUDA on a machine without it.
+
+    Warns:
+        UserWarning: on the CPU, ``fn`` allocated CUDA memory (not counted).
 
     Example:
         >>> import torch
@@ -373,8 +404,11 @@ def time_call(
 
     CUDA kernels run asynchronously: a call returns once its work is queued. On a CUDA
     device every measured call is bracketed by ``torch.cuda.synchronize`` so that the
-    time includes the work itself, not only its launch. The median resists the odd slow
-    call (another process, a page fault) better than the mean.
+    time includes the work itself, not only its launch. The device is not inferred from
+    what ``fn`` does: on the CPU (the default) nothing is synchronized, and a warning
+    says so when the calls left CUDA work running on the current stream (their times are
+    then those of the launches). The median resists the odd slow call (another process,
+    a page fault) better than the mean.
 
     Args:
         fn: a callable taking no arguments.
@@ -391,6 +425,9 @@ def time_call(
         ValueError: ``repeats < 1``, ``warmup < 0``, an unknown device, or a CPU
             other than ``"cpu"`` (``"cpu:1"``).
         RuntimeError: ``device`` is CUDA on a machine without it.
+
+    Warns:
+        UserWarning: on the CPU, the calls left CUDA work running (timed as launches).
 
     Example:
         >>> import torch
@@ -421,6 +458,14 @@ def time_call(
         fn()
         sync()
         times.append(time.perf_counter() - start)
+    if index is None and _cuda_work_pending():
+        warnings.warn(
+            "fn left CUDA work still running after the timed calls: on the CPU nothing is "
+            "synchronized, so the times are those of the launches; pass device='cuda' "
+            "to time the work",
+            UserWarning,
+            stacklevel=2,
+        )
     name = "cpu" if index is None else f"cuda:{index}"
     return Timing(median=statistics.median(times), times=tuple(times), warmup=warmup, device=name)
 
@@ -430,6 +475,9 @@ def time_call(
 
 def self_cpu_times(averages: Iterable[Any], *, top: int | None = None) -> dict[str, float]:
     """Self CPU time (microseconds) per operator, largest first.
+
+    Rows with the same name (``key_averages(group_by_input_shape=True)`` has one per
+    input shape) add up to one entry.
 
     Args:
         averages: ``prof.key_averages()`` of a ``torch.profiler.profile`` run.
@@ -459,7 +507,7 @@ def self_cpu_times(averages: Iterable[Any], *, top: int | None = None) -> dict[s
             f"got {type(averages).__name__}: {_shown(averages)}"
         )
         raise TypeError(msg)
-    pairs = []
+    totals: dict[str, float] = {}  # rows of one operator (one per input shape...) add up
     for entry in averages:
         if not (hasattr(entry, "key") and hasattr(entry, "self_cpu_time_total")):
             msg = (
@@ -467,8 +515,9 @@ def self_cpu_times(averages: Iterable[Any], *, top: int | None = None) -> dict[s
                 f"got {type(entry).__name__}: {_shown(entry)}"
             )
             raise TypeError(msg)
-        pairs.append((str(entry.key), float(entry.self_cpu_time_total)))
-    pairs.sort(key=lambda pair: pair[1], reverse=True)
+        key = str(entry.key)
+        totals[key] = totals.get(key, 0.0) + float(entry.self_cpu_time_total)
+    pairs = sorted(totals.items(), key=lambda pair: pair[1], reverse=True)
     return dict(pairs[:top] if top is not None else pairs)
 
 

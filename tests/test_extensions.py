@@ -20,7 +20,7 @@ import torch
 from filelock import FileLock
 from torch.utils.cpp_extension import get_default_build_root
 
-from pytorch_memo._procs import descendants
+from pytorch_memo._procs import descendants, kill_tree
 from pytorch_memo.extensions import (
     StaleLockWarning,
     _torch_lock_is_a_file,
@@ -93,6 +93,20 @@ def _slow_build(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
         assert time.monotonic() < deadline, "the slow compiler did not start"
         time.sleep(0.05)
     return process, root / "bare"
+
+
+def _make_checkout(folder: Path) -> Path:
+    """A checkout of this book: `_toc.yml` and a pyproject.toml naming pytorch-memo."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "_toc.yml").touch()
+    (folder / "pyproject.toml").write_text('[project]\nname = "pytorch-memo"\n')
+    return folder
+
+
+def _age(path: Path, seconds: float) -> None:
+    """Date the file's last change `seconds` back."""
+    then = time.time() - seconds
+    os.utime(path, (then, then))
 
 
 def _cmdline(pid: int) -> str:
@@ -197,6 +211,7 @@ def test_a_running_build_is_not_a_killed_one(
 
 def test_a_lock_file_after_a_normal_build_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "lock").touch()  # torch >= 2.14 leaves it after every build
+    _age(tmp_path / "lock", 600)
     (tmp_path / "lock.memo").touch()  # emptied: the last build finished
     if _torch_lock_is_a_file():
         assert is_stale_lock(tmp_path)  # FileBaton: the file itself would block
@@ -211,10 +226,110 @@ def test_under_file_baton_an_unheld_lock_file_is_stale(
 ) -> None:
     monkeypatch.setattr("pytorch_memo.extensions._torch_lock_is_a_file", lambda: True)
     (tmp_path / "lock").touch()  # a FileBaton left by a killed plain load_inline
+    _age(tmp_path / "lock", 600)
     assert killed_build(tmp_path) is None
     assert is_stale_lock(tmp_path)
     with pytest.warns(StaleLockWarning, match=r"a build was killed midway"):
         assert clear_stale_lock(tmp_path) == tmp_path / "lock"
+
+
+def test_under_file_baton_a_plain_build_at_work_is_not_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain load_inline under torch <= 2.13 marks its build only by the `lock` file's
+    existence; while it builds, ninja and the compilers work in the build directory."""
+    monkeypatch.setattr("pytorch_memo.extensions._torch_lock_is_a_file", lambda: True)
+    (tmp_path / "lock").touch()
+    _age(tmp_path / "lock", 600)  # a long build
+    with no_orphans():
+        ninja = subprocess.Popen(["sleep", "60"], cwd=tmp_path)  # as ninja runs there
+        try:
+            assert not is_stale_lock(tmp_path)
+            assert clear_stale_lock(tmp_path) is None
+            assert (tmp_path / "lock").exists()
+        finally:
+            ninja.kill()
+            ninja.wait()
+    assert is_stale_lock(tmp_path)  # nobody works there any more
+
+
+def test_under_file_baton_a_fresh_lock_file_is_not_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain build takes its `lock` a moment before ninja starts: a fresh file may be one."""
+    monkeypatch.setattr("pytorch_memo.extensions._torch_lock_is_a_file", lambda: True)
+    (tmp_path / "lock").touch()
+    assert not is_stale_lock(tmp_path)
+    assert clear_stale_lock(tmp_path) is None
+    _age(tmp_path / "lock", 600)
+    assert is_stale_lock(tmp_path)
+
+
+def test_under_file_baton_a_build_waits_for_a_plain_build_then_says_what_to_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pytorch_memo.extensions._torch_lock_is_a_file", lambda: True)
+    folder = tmp_path / "bare"
+    folder.mkdir()
+    (folder / "lock").touch()
+    _age(folder / "lock", 600)
+    with no_orphans():
+        ninja = subprocess.Popen(["sleep", "60"], cwd=folder)
+        try:
+            with pytest.raises(
+                TimeoutError,
+                match=rf"waited 0.5 s for {folder / 'lock'} to go: process {ninja.pid} works "
+                r"in .*plain load_inline.*rm ",
+            ):
+                build_extension("bare", BARE, build_root=tmp_path, wait_timeout=0.5)
+            assert (folder / "lock").exists()  # the live build's lock is left alone
+        finally:
+            ninja.kill()
+            ninja.wait()
+
+
+def test_a_plain_load_inline_at_work_is_not_stale(tmp_path: Path) -> None:
+    """With this torch's own lock: a FileBaton (torch <= 2.13) or an OS lock."""
+    slow = tmp_path / "slow-c++"
+    slow.write_text(SLOW_COMPILER)
+    slow.chmod(0o755)
+    folder = tmp_path / "plain"
+    plain = textwrap.dedent(
+        """
+        import sys
+        from torch.utils.cpp_extension import load_inline
+        load_inline("plain", sys.argv[2], build_directory=sys.argv[1], no_implicit_headers=True)
+        """
+    )
+    folder.mkdir()
+    with no_orphans():
+        build = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                plain,
+                str(folder),
+                BARE.replace("TORCH_EXTENSION_NAME", "plain"),
+            ],
+            env={**os.environ, "CXX": str(slow)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not any("sleep" in _cmdline(pid) for pid in descendants(build.pid)):
+                assert build.poll() is None, build.communicate()
+                assert time.monotonic() < deadline, "the slow compiler did not start"
+                time.sleep(0.05)
+            _age(folder / "lock", 600)  # however long it has been building
+            assert not is_stale_lock(folder)
+            assert clear_stale_lock(folder) is None
+            assert (folder / "lock").exists()
+        finally:
+            kill_tree(build.pid)  # ninja runs the compiler in a process group of its own
+            build.communicate()
 
 
 def test_clear_stale_lock_warns_with_the_path_and_the_killed_build(tmp_path: Path) -> None:
@@ -276,10 +391,8 @@ def test_waits_for_a_live_build_then_names_the_path(tmp_path: Path) -> None:
 def test_default_build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # not the user's own
-    project = tmp_path / "project"
+    project = _make_checkout(tmp_path / "project")
     (project / "book").mkdir(parents=True)
-    for marker in ("_toc.yml", "pyproject.toml"):
-        (project / marker).touch()
     expected = project.resolve() / "_build" / "torch_extensions" / release_folder_name()
     assert default_build_root(start=project / "book") == expected
     monkeypatch.chdir(project / "book")
@@ -350,6 +463,37 @@ def test_default_build_root_outside_a_checkout_is_the_users_cache(
         assert folder.is_dir()
         assert folder.stat().st_mode & 0o777 == 0o700  # created private
     assert default_build_root(start=start) == found  # and used again
+
+
+@pytest.mark.parametrize("pyproject", ["", '[project]\nname = "other-book"\n', "not [toml"])
+def test_another_projects_folder_is_not_a_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pyproject: str
+) -> None:
+    """Any Jupyter Book project has `_toc.yml` and `pyproject.toml`: only this one counts."""
+    start = _outside_a_checkout(tmp_path, monkeypatch)
+    (start / "_toc.yml").touch()
+    (start / "pyproject.toml").write_text(pyproject)
+    found = default_build_root(start=start)
+    assert found == tmp_path / "cache" / "torch_extensions" / release_folder_name()
+
+
+def test_a_checkout_others_can_write_to_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Markers planted in a shared folder (mode 1777, like /tmp) redirect nothing."""
+    start = _outside_a_checkout(tmp_path, monkeypatch)
+    shared = _make_checkout(tmp_path / "shared")
+    shared.chmod(0o1777)
+    mine = shared / "my_project"
+    mine.mkdir()
+    found = default_build_root(start=mine)
+    assert found == tmp_path / "cache" / "torch_extensions" / release_folder_name()
+    assert not (shared / "_build").exists()
+    _make_checkout(start / "book")  # a checkout of one's own is used
+    inside = default_build_root(start=start / "book")
+    assert inside == start / "book" / "_build" / "torch_extensions" / release_folder_name()
+    (start / "book" / "_build").chmod(0o777)  # a folder on the way others can write to
+    assert default_build_root(start=start / "book") == found
 
 
 @pytest.mark.parametrize("cache", ["a file", "writable by others", "a link"])
@@ -504,10 +648,7 @@ def test_an_older_release_builds_in_another_folder_than_the_one_2_14_left_its_lo
     from torch.utils.file_baton import FileBaton
 
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
-    project = tmp_path / "project"
-    project.mkdir()
-    for marker in ("_toc.yml", "pyproject.toml"):
-        (project / marker).touch()
+    project = _make_checkout(tmp_path / "project")
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.setattr(torch.version, "hip", None)
 
@@ -539,11 +680,12 @@ def test_under_file_baton_a_build_reports_2_14s_leftover_lock_instead_of_waiting
     folder = tmp_path / "bare_shared"
     folder.mkdir()
     (folder / "lock").touch()  # left by a 2.14 build that finished
+    _age(folder / "lock", 600)
     (folder / "lock.memo").touch()  # emptied: that build finished
     with pytest.warns(StaleLockWarning) as caught:
         module = build_extension("bare_shared", BARE, no_implicit_headers=True, build_root=tmp_path)
     assert module.__name__ == "bare_shared"
     message = str(caught[0].message)
     assert message.startswith(f"removed the stale lock file {folder / 'lock'}: ")
-    assert "no live process holds it" in message
+    assert "no process works in its folder" in message
     assert "as 2.14 and 2.15 do" in message

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Iterator
+from unittest import mock
 
 import matplotlib.pyplot as plt
 import pytest
@@ -174,6 +176,30 @@ def test_cuda_peak_without_cuda_raises() -> None:
         peak_memory(lambda: None, device="cuda")
 
 
+def test_cpu_peak_warns_when_fn_allocated_cuda_memory() -> None:
+    """A CPU measurement does not count CUDA allocations: it says so rather than
+    reporting a GPU workload's CPU bytes as if they were its memory."""
+    stats = iter([{"allocation.all.allocated": 5}, {"allocation.all.allocated": 7}])
+    with (
+        mock.patch.object(torch.cuda, "is_initialized", return_value=True),
+        mock.patch.object(torch.cuda, "memory_stats", side_effect=lambda: next(stats)),
+        pytest.warns(UserWarning, match=r"fn allocated CUDA memory .* device='cuda'"),
+    ):
+        measured = peak_memory(lambda: None)
+    assert measured.device == "cpu"
+
+
+def test_cpu_peak_without_cuda_work_does_not_warn() -> None:
+    stats = {"allocation.all.allocated": 5}
+    with (
+        mock.patch.object(torch.cuda, "is_initialized", return_value=True),
+        mock.patch.object(torch.cuda, "memory_stats", return_value=stats),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("error")
+        peak_memory(lambda: torch.ones(10))
+
+
 @needs_cuda
 def test_cuda_peak_matches_the_allocation() -> None:
     measured = peak_memory(lambda: torch.empty(2**20, device="cuda"), device="cuda")
@@ -228,10 +254,39 @@ def test_time_call_rejects_a_non_callable() -> None:
         time_call(3)  # type: ignore[arg-type]
 
 
+def test_time_call_on_the_cpu_warns_when_cuda_work_is_left_running() -> None:
+    """Timed on the CPU (the default), CUDA work is timed as its launches: say so."""
+    stream = mock.Mock(query=mock.Mock(return_value=False))  # work still queued
+    with (
+        mock.patch.object(torch.cuda, "is_initialized", return_value=True),
+        mock.patch.object(torch.cuda, "current_stream", return_value=stream),
+        pytest.warns(UserWarning, match=r"CUDA work still running.*device='cuda'"),
+    ):
+        timing = time_call(lambda: None, repeats=3)
+    assert timing.device == "cpu"
+    stream.query.return_value = True  # nothing left on the GPU: CPU work, no warning
+    with (
+        mock.patch.object(torch.cuda, "is_initialized", return_value=True),
+        mock.patch.object(torch.cuda, "current_stream", return_value=stream),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("error")
+        time_call(lambda: None, repeats=3)
+
+
 @without_cuda
 def test_time_call_on_cuda_without_cuda_raises() -> None:
     with pytest.raises(RuntimeError, match=r"needs CUDA"):
         time_call(lambda: None, device="cuda")
+
+
+@needs_cuda
+def test_cuda_work_measured_on_the_cpu_gets_a_warning() -> None:
+    x = torch.randn(4096, 4096, device="cuda")
+    with pytest.warns(UserWarning, match=r"CUDA work still running"):
+        time_call(lambda: x @ x, repeats=3)
+    with pytest.warns(UserWarning, match=r"fn allocated CUDA memory"):
+        peak_memory(lambda: torch.empty(2**20, device="cuda"))
 
 
 @needs_cuda
@@ -259,6 +314,23 @@ def test_self_cpu_times_match_key_averages(averages: list) -> None:  # type: ign
     assert times == {e.key: e.self_cpu_time_total for e in averages}
     assert list(times.values()) == sorted(times.values(), reverse=True)
     assert list(self_cpu_times(averages, top=2)) == list(times)[:2]
+
+
+def test_self_cpu_times_adds_up_rows_of_one_operator() -> None:
+    """`key_averages(group_by_input_shape=True)` has a row per shape: one operator's
+    time is their sum, not whichever row came last."""
+    a, b = torch.randn(256, 256), torch.randn(8, 8)
+    with profile(record_shapes=True) as prof:
+        for _ in range(3):
+            a @ a
+        b @ b
+    rows = [r for r in prof.key_averages(group_by_input_shape=True) if r.key == "aten::mm"]
+    assert len(rows) == 2
+    by_shape = self_cpu_times(prof.key_averages(group_by_input_shape=True))
+    assert by_shape["aten::mm"] == pytest.approx(sum(r.self_cpu_time_total for r in rows))
+    plain = self_cpu_times(prof.key_averages())
+    assert by_shape["aten::mm"] == pytest.approx(plain["aten::mm"])
+    assert list(by_shape.values()) == sorted(by_shape.values(), reverse=True)
 
 
 def test_self_cpu_times_rejects_other_things() -> None:
