@@ -171,9 +171,10 @@ def atomic_file(
     them: a new file gets the usual ones (``0o666`` less the umask), and an existing one
     keeps its permission bits (read, write and execute for owner, group and others: a
     private ``0o600`` checkpoint stays private; a symbolic link is replaced by a file
-    with the bits of the file it named). The temporary file gets the same bits for
-    others as soon as it is created, before anything is written, but stays readable
-    and writable by its owner until the block ends. The old file's owner, group,
+    with the bits of the file it named). The temporary file is created with the same
+    bits for others (less the umask), so it is never more open to others than the file
+    it replaces, not even for an instant, but stays readable and writable by its owner
+    until the block ends. The old file's owner, group,
     set-user-ID and set-group-ID bits, ACLs and extended attributes are not copied: the
     new file belongs to this process's user.
 
@@ -189,8 +190,11 @@ def atomic_file(
     shown = os.fspath(target) if shown is None else shown
     kept = check_target(target, shown)
     remove_stale_temporaries(target)
+    # Created no more open to others than the file it replaces (a new file: 0o666, less
+    # the umask), and readable and writable by its writer until it is whole.
+    created = 0o666 if kept is None else kept | stat.S_IRUSR | stat.S_IWUSR
     try:
-        fd, temporary = create_temporary(target)
+        fd, temporary = create_temporary(target, created)
     except OSError as error:
         if error.errno is None:
             raise
@@ -199,9 +203,7 @@ def atomic_file(
     file = os.fdopen(fd, "wb")
     doing = f"writing its temporary file {temporary.name!r}"
     try:
-        if kept is not None:  # no more open to others than the file it replaces before
-            # anything is written (a file opened meanwhile could be read later), but
-            # readable and writable by its writer until it is whole
+        if kept is not None:  # the umask may have narrowed the bits it was created with
             doing = f"giving its temporary file {temporary.name!r} the mode {kept:#o}"
             _set_permissions(fd, temporary, kept | stat.S_IRUSR | stat.S_IWUSR)
             doing = f"writing its temporary file {temporary.name!r}"

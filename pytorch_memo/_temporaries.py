@@ -103,11 +103,13 @@ def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
-def create_temporary(target: Path) -> tuple[int, Path]:
-    """Create and lock ``.NAME.PID.XXXXXXXX.tmp`` beside ``target``."""
+def create_temporary(target: Path, permissions: int = 0o666) -> tuple[int, Path]:
+    """Create and lock ``.NAME.PID.XXXXXXXX.tmp`` beside ``target``, with ``permissions``
+    (less the umask, as any new file)."""
     prefix = _temporary_prefix(target)
     temporary = target.parent / f"{prefix}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    fd = os.open(temporary, flags, permissions)
     if sys.platform != "win32":
         import fcntl
 

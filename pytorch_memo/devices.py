@@ -29,9 +29,9 @@ def _available(device: torch.device) -> tuple[bool, str]:
         if index < count:
             return True, ""
         return False, f"torch.cuda.device_count() is {count}"
-    if torch.backends.mps.is_available() and (device.index or 0) == 0:
+    if torch.backends.mps.is_available():  # its index is 0 or None (pick_device checks)
         return True, ""
-    return False, "torch.backends.mps.is_available() is False or the index is not 0"
+    return False, "torch.backends.mps.is_available() is False"
 
 
 def pick_device(prefer: str | torch.device | None = None) -> torch.device:
@@ -57,8 +57,11 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
             CPU device and one meta device (a tensor made on ``"cpu:1"`` or ``"meta:5"``
             lands on ``"cpu"`` or ``"meta"``), so ``"cpu:1"`` and ``"meta:5"`` are
             refused, and ``"cpu:0"`` and ``"meta:0"`` give ``device(type='cpu')`` and
-            ``device(type='meta')``.
-        RuntimeError: ``prefer`` names a cuda or mps device this machine does not have.
+            ``device(type='meta')``; or an MPS device other than ``"mps"`` or
+            ``"mps:0"``, which no machine has (torch has at most one MPS device).
+        RuntimeError: ``prefer`` names a cuda device this machine does not have (an
+            index at or beyond ``torch.cuda.device_count()``), or ``"mps"`` where
+            ``torch.backends.mps.is_available()`` is False.
 
     Example:
         >>> pick_device("cpu")
@@ -89,6 +92,12 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
             )
             raise ValueError(msg)
         device = torch.device("meta")  # "meta:0" is the same device
+    if device.type == "mps" and device.index not in (None, 0):
+        msg = (
+            f"prefer must be 'mps' or 'mps:0' for the MPS device, got {_shown(prefer)}: "
+            "torch has at most one MPS device (torch.mps.device_count() is 0 or 1)"
+        )
+        raise ValueError(msg)
     ok, why = _available(device)
     if not ok:
         msg = f"prefer={prefer!r} is not available on this machine: {why}"

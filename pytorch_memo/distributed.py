@@ -13,6 +13,7 @@ timeout, and ends with ``destroy_process_group``.
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import io
 import json
 import math
@@ -35,6 +36,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pytorch_memo._checks import (
+    _shown,
     check_callable,
     check_int,
     check_number,
@@ -101,7 +103,7 @@ _UNLOADABLE = (
 class _Recorder(pickle.Pickler):
     """A pickler that notes the functions and classes it pickles (by reference)."""
 
-    def __init__(self, file: io.BytesIO) -> None:
+    def __init__(self, file: Any) -> None:
         super().__init__(file)
         self.by_reference: list[Any] = []
 
@@ -109,6 +111,36 @@ class _Recorder(pickle.Pickler):
         if isinstance(obj, type | types.FunctionType):
             self.by_reference.append(obj)
         return NotImplemented  # pickle it as usual
+
+
+class _Discard:
+    """A file that forgets what is written to it: checking pickles keeps no copy."""
+
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+class _ArgumentRecorder(_Recorder):
+    """A :class:`_Recorder` for the worker's arguments, which multiprocessing sends.
+
+    What multiprocessing's own pickler sends its own way (tensors and storages through
+    torch's shared memory, connections, sockets: ``ForkingPickler``'s reducers) is
+    taken as it is, without pickling its data, as is its type's reference.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) in _forking_reducers():
+            self.by_reference.append(type(obj))
+            return (tuple, ())  # sent by multiprocessing's reducer: nothing to check
+        return super().reducer_override(obj)
+
+
+def _forking_reducers() -> Any:
+    """The types ``multiprocessing``'s pickler sends with reducers of its own (torch
+    registers its tensors and storages there when it is imported)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    return getattr(ForkingPickler, "_extra_reducers", {})
 
 
 def _main_reaches_children() -> bool:
@@ -126,6 +158,70 @@ def _main_reaches_children() -> bool:
     return getattr(main, "__file__", None) is not None
 
 
+_FILELESS_MAIN = (
+    "is defined in __main__, which has no file a started process could import (a "
+    "notebook, python -c, an interactive session); define it in a module (a .py file next "
+    "to the notebook or on sys.path) and import it from there"
+)
+
+
+def _unimportable(recorder: _Recorder) -> Any:
+    """The first function or class ``recorder`` pickled by reference to a ``__main__``
+    that started processes cannot import, or None."""
+    for obj in recorder.by_reference:
+        if getattr(obj, "__module__", None) == "__main__" and not _main_reaches_children():
+            return obj
+    return None
+
+
+def _check_takes(worker: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """Raise a TypeError if ``worker``'s signature does not take ``worker(*args)``,
+    the call each rank makes (a callable without a signature is let through)."""
+    try:
+        signature = inspect.signature(worker)
+    except (TypeError, ValueError):  # some builtins have none: the ranks will tell
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as error:
+        count = f"{len(args)} positional argument{'' if len(args) == 1 else 's'}"
+        msg = (
+            f"worker must take the {count} given after it (args), got a callable with "
+            f"signature {signature} ({error})"
+        )
+        raise TypeError(msg) from None
+
+
+def _check_args(args: tuple[Any, ...]) -> None:
+    """Raise a TypeError for an argument that cannot reach the started processes.
+
+    Each one is pickled into nothing, as a check: multiprocessing sends it for real
+    (tensors through shared memory, a queue by inheritance), and refuses here what it
+    would fail to send there. An argument that only its pickler may send (a queue, a
+    lock: plain pickle says "should only be shared between processes through
+    inheritance") is left to it.
+    """
+    for i, value in enumerate(args):
+        recorder = _ArgumentRecorder(_Discard())
+        try:
+            recorder.dump(value)
+        except (pickle.PicklingError, AttributeError, TypeError) as error:
+            msg = (
+                f"args[{i}] must be an object that pickle can send to another process, "
+                f"got {_shown(value)} ({error})"
+            )
+            raise TypeError(msg) from None
+        except RuntimeError:  # shared by inheritance only: multiprocessing's to send
+            continue
+        obj = _unimportable(recorder)
+        if obj is not None:
+            msg = (
+                f"args[{i}] must be an object that pickle can send to another process, "
+                f"got {_shown(value)}: {obj.__qualname__!r} {_FILELESS_MAIN}"
+            )
+            raise TypeError(msg)
+
+
 def _pickled_worker(worker: Callable[..., Any]) -> bytes:
     """``worker`` pickled for the started processes, or a TypeError for one that pickle
     refuses or that refers to a ``__main__`` they cannot import."""
@@ -139,16 +235,13 @@ def _pickled_worker(worker: Callable[..., Any]) -> bytes:
             f"process, got {worker!r} ({error})"
         )
         raise TypeError(msg) from None
-    for obj in recorder.by_reference:
-        if getattr(obj, "__module__", None) == "__main__" and not _main_reaches_children():
-            msg = (
-                f"worker must be a module-level function that pickle can send to another "
-                f"process, got {worker!r}: {obj.__qualname__!r} is defined in __main__, "
-                "which has no file a started process could import (a notebook, python -c, "
-                "an interactive session); define it in a module (a .py file next to the "
-                "notebook or on sys.path) and import it from there"
-            )
-            raise TypeError(msg)
+    obj = _unimportable(recorder)
+    if obj is not None:
+        msg = (
+            f"worker must be a module-level function that pickle can send to another "
+            f"process, got {worker!r}: {obj.__qualname__!r} {_FILELESS_MAIN}"
+        )
+        raise TypeError(msg)
     return buffer.getvalue()
 
 
@@ -309,7 +402,11 @@ def run_workers(
     ``__main__`` a started process cannot import: such a worker is refused before
     anything starts); a script that calls this needs the ``if __name__ == "__main__":``
     guard. The worker is pickled once, here, and loaded in each process before it
-    joins; a process that cannot load it reports why, as a failed rank.
+    joins; a process that cannot load it reports why, as a failed rank. Before anything
+    starts, ``args`` are checked too: the worker must take them (where its signature
+    says), and each must be picklable without referring to such a ``__main__``; they
+    are sent as multiprocessing sends them (a tensor through shared memory, a queue by
+    inheritance).
 
     Joining the group on localhost occasionally fails with gloo's "Connection closed
     by peer" (PyTorch's own gloo tests saw the same); such a failed join is retried
@@ -339,8 +436,10 @@ def run_workers(
         TypeError: ``worker`` is not callable, cannot be pickled (a lambda, a nested
             function), or is or refers to a function or class defined in a
             ``__main__`` that started processes cannot import (no file: a notebook,
-            ``python -c``, an interactive session); ``world_size`` is not an int, or
-            ``timeout`` is not a number.
+            ``python -c``, an interactive session); the worker's signature does not take
+            ``len(args)`` positional arguments; an argument cannot be pickled or refers
+            to such a ``__main__``; ``world_size`` is not an int, or ``timeout`` is not
+            a number.
         ValueError: ``world_size`` out of range, or ``timeout`` not positive and finite.
         RuntimeError: a rank raised or could not load the worker (the message holds
             its traceback), or every attempt to join failed.
@@ -354,6 +453,8 @@ def run_workers(
     check_int("world_size", world_size, minimum=1, maximum=MAX_PROCESSES)
     check_seconds("timeout", timeout)
     task = _pickled_worker(worker)
+    _check_takes(worker, args)
+    _check_args(args)
     deadline = time.monotonic() + timeout
     for _ in range(_JOIN_ATTEMPTS):
         got = _launch(task, args, world_size, deadline)

@@ -9,6 +9,8 @@ which element of the input each output element of ``torch.gather`` comes from,
 from __future__ import annotations
 
 import itertools
+import numbers
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,7 +23,6 @@ from pytorch_memo._checks import (
     check_axes,
     check_count,
     check_int,
-    check_ints,
     check_tensor,
     check_values,
 )
@@ -136,7 +137,9 @@ def _check_gather_args(input: torch.Tensor, dim: int, index: torch.Tensor) -> in
     """Check ``gather``'s arguments the way torch does; return ``dim`` made non-negative.
 
     As ``torch.gather``: a 0-d input or index counts as 1-d of one element, and an empty
-    index (no elements) is checked for nothing but ``dim`` (any dtype, any shape).
+    index (no elements) is checked for nothing but ``dim`` (any dtype, any shape) and
+    the device: either tensor may then be on the ``meta`` device (``gather`` reads no
+    value, and its meta kernel compares no devices), but not on two others.
     """
     check_tensor("input", input)
     check_tensor("index", index)
@@ -147,16 +150,19 @@ def _check_gather_args(input: torch.Tensor, dim: int, index: torch.Tensor) -> in
         msg = f"dim must be in [{-ndim}, {ndim}) for a {input.dim()}-d input{treated}, got {dim}"
         raise ValueError(msg)
     dim %= ndim
-    check_values("input", input)
-    check_values("index", index)
-    if input.device != index.device:
+    empty = index.numel() == 0  # gather returns an empty tensor of index's shape
+    if not empty:  # values to read and show
+        check_values("input", input)
+        check_values("index", index)
+    on_meta = "meta" in (input.device.type, index.device.type)  # no device check there
+    if input.device != index.device and not on_meta:
         msg = (
             "input and index must be on the same device, as torch.gather requires, "
             f"got input on {input.device} and index on {index.device}"
         )
         raise ValueError(msg)
-    if index.numel() == 0:
-        return dim  # gather returns an empty tensor of index's shape
+    if empty:
+        return dim
     if index.dtype not in _INDEX_DTYPES:
         msg = f"index must have dtype torch.int64 (or torch.int32), got {index.dtype}"
         raise TypeError(msg)
@@ -197,7 +203,8 @@ def explain_gather(input: torch.Tensor, dim: int, index: torch.Tensor) -> Gather
 
     The arguments are checked as ``gather`` checks them: a 0-d input or index counts as
     1-d of one element, and an empty index (no elements), of any dtype and shape, gives
-    an empty explanation, as ``gather`` gives an empty tensor of that shape.
+    an empty explanation, as ``gather`` gives an empty tensor of that shape; with an
+    empty index, either tensor may be on the ``meta`` device (no value is read).
 
     Args:
         input: the tensor gathered from.
@@ -214,10 +221,11 @@ def explain_gather(input: torch.Tensor, dim: int, index: torch.Tensor) -> Gather
     Raises:
         TypeError: ``input`` or ``index`` is not a tensor, ``dim`` not an int, or a
             non-empty ``index`` not an integer tensor.
-        ValueError: ``input`` and ``index`` on different devices, ``dim`` out of
-            range, shapes that ``gather`` rejects, an index value outside
-            ``[0, input.shape[dim])``, a ``meta`` tensor (no values to show), or more
-            than :data:`MAX_STEPS` output elements.
+        ValueError: ``input`` and ``index`` on different devices (neither of them
+            ``meta`` with an empty index), ``dim`` out of range, shapes that ``gather``
+            rejects, an index value outside ``[0, input.shape[dim])``, a ``meta``
+            tensor with a non-empty index (no values to show), or more than
+            :data:`MAX_STEPS` output elements.
 
     Example:
         >>> import torch
@@ -293,8 +301,10 @@ def plot_gather(
 
     Raises:
         TypeError: as :func:`explain_gather`, or ``ax`` is not matplotlib axes.
-        ValueError: as :func:`explain_gather`, or ``input`` or ``index`` is not 1-d or
-            2-d or has more than 12 elements in a dimension (checked first).
+        ValueError: as :func:`explain_gather`, ``input`` or ``index`` is not 1-d or
+            2-d or has more than 12 elements in a dimension (checked first), or
+            ``input`` is on the ``meta`` device (its values are drawn), even with an
+            empty ``index``.
 
     Example:
         >>> import torch
@@ -319,6 +329,7 @@ def plot_gather(
         )
         raise ValueError(msg)
     explanation = explain_gather(input, dim, index)
+    check_values("input", input)  # drawn, even where an empty index reads none of it
     in_rows, in_cols = _as_grid(tuple(input.shape))
     out_rows, out_cols = _as_grid(tuple(index.shape))
     gap = 2.5
@@ -338,7 +349,8 @@ def plot_gather(
 
     source_colors = {cell(s.source): color(s) for s in explanation}
     light = {k: v + "55" for k, v in source_colors.items()}
-    gathered = torch.gather(input.detach().cpu(), explanation.dim, index.detach().cpu())
+    picked = index.detach().cpu() if index.numel() else torch.zeros(index.shape, dtype=torch.int64)
+    gathered = torch.gather(input.detach().cpu(), explanation.dim, picked)
     _draw_grid(ax, input.detach().cpu(), 0, "input", light)
     _draw_grid(
         ax, gathered, out_left, "output", {cell(s.output): color(s) + "55" for s in explanation}
@@ -371,26 +383,91 @@ MAX_CONV_OPTION = 2**20
 """The largest stride, padding or dilation :func:`conv2d_as_matmul` accepts."""
 
 
-def _pair(name: str, value: object, *, minimum: int) -> tuple[int, int]:
-    """``value`` as (rows, columns), from an int or a sequence of one or two ints.
+_TENSOR_ALONE = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 10)
+"""Whether ``F.conv2d`` takes a one-element tensor alone as an option (from torch 2.10;
+2.8 and 2.9 refuse it, and take one only inside a tuple or list)."""
 
-    As ``F.conv2d`` takes them: a tuple, list... of two ints, or of one used for both.
+
+def _option_int(name: str, value: object, *, first: bool) -> int:
+    """An element of an option's tuple or list as an int, as ``F.conv2d`` reads it.
+
+    torch checks the type of the first element only, so a bool is refused there and
+    read as 0 or 1 after it; any element may be an int, a NumPy integer, a 0-d NumPy
+    integer array, an object with ``__index__`` or a one-element integer tensor.
     """
-    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+    if isinstance(value, torch.Tensor):
+        return _tensor_int(name, value, bools=False)
+    if isinstance(value, bool):
+        if first:
+            msg = (
+                f"{name} must be an int, got bool: {value!r} (F.conv2d takes a bool only "
+                "after the first element)"
+            )
+            raise TypeError(msg)
+        return int(value)
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        msg = f"{name} must be an int, got {type(value).__name__}: {_shown(value)}"
+        raise TypeError(msg) from None
+
+
+def _tensor_int(name: str, value: torch.Tensor, *, bools: bool) -> int:
+    """A one-element integer (or, with ``bools``, bool) tensor's value, on the CPU."""
+    integral = not (value.is_floating_point() or value.is_complex())
+    if value.numel() != 1 or not integral or (value.dtype == torch.bool and not bools):
+        msg = f"{name} must be an int, got a tensor of dtype {value.dtype}" + (
+            f" and shape {tuple(value.shape)}" if value.numel() != 1 else ""
+        )
+        raise TypeError(msg)
+    if value.device.type == "meta":
+        msg = f"{name} must hold a value, got a tensor on the meta device"
+        raise ValueError(msg)
+    return int(value.item())
+
+
+def _pair(name: str, value: object, *, minimum: int) -> tuple[int, int]:
+    """``value`` as (rows, columns), as ``F.conv2d`` takes it (torch 2.8 to 2.15).
+
+    An int or a NumPy integer (not a bool), or a tuple or list of one or two elements
+    (one is used for both) read by :func:`_option_int`; from torch 2.10 a one-element
+    integer or bool tensor too. A ``range``, another sequence or a bool alone is refused.
+    """
+    if isinstance(value, tuple | list):
         if len(value) not in (1, 2):
             msg = (
                 f"{name} must be an int or a pair of ints, got a sequence of {len(value)}: "
                 f"{_shown(value)}"
             )
             raise ValueError(msg)
-        pair = check_ints(name, value, minimum=minimum, maximum=MAX_CONV_OPTION)
+        pair = [
+            check_int(
+                f"{name}[{i}]",
+                _option_int(f"{name}[{i}]", v, first=i == 0),
+                minimum=minimum,
+                maximum=MAX_CONV_OPTION,
+            )
+            for i, v in enumerate(value)
+        ]
         return pair[0], pair[-1]
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, torch.Tensor) and _TENSOR_ALONE:
+        single = _tensor_int(name, value, bools=True)
+    elif not isinstance(value, bool) and isinstance(value, numbers.Integral):
+        single = int(value)  # an int or a NumPy integer (np.bool_ is no Integral)
+    else:
+        hint = (
+            " (F.conv2d takes a pair as a tuple or list)"
+            if isinstance(value, Sequence) and not isinstance(value, str | bytes)
+            else " (F.conv2d takes a tensor alone from torch 2.10 on)"
+            if isinstance(value, torch.Tensor)
+            else ""
+        )
         msg = (
-            f"{name} must be an int or a pair of ints, got {type(value).__name__}: {_shown(value)}"
+            f"{name} must be an int or a pair of ints, got {type(value).__name__}: "
+            f"{_shown(value)}{hint}"
         )
         raise TypeError(msg)
-    single = check_int(name, value, minimum=minimum, maximum=MAX_CONV_OPTION)
+    check_int(name, single, minimum=minimum, maximum=MAX_CONV_OPTION)
     return single, single
 
 
@@ -435,9 +512,14 @@ def conv2d_as_matmul(
         stride: the step between receptive fields, >= 1.
         padding: zeros added on each side, >= 0.
         dilation: the spacing of the kernel's taps, >= 1.
-            Each of these three is an int, or a pair (rows, columns) given as a tuple,
-            list or other sequence of two ints (or of one, used for both, as
-            ``F.conv2d`` allows), each at most :data:`MAX_CONV_OPTION`.
+            Each of these three is taken as ``F.conv2d`` takes it (torch 2.8 to 2.15):
+            an int or a NumPy integer, or a pair (rows, columns) given as a tuple or
+            list of two (or of one, used for both), each at most
+            :data:`MAX_CONV_OPTION`. An element of the pair may also be a 0-d NumPy
+            integer array, an object with ``__index__`` or a one-element integer tensor,
+            and, after the first, a bool (0 or 1); from torch 2.10 a one-element integer
+            or bool tensor may stand alone. A bool alone or first, a ``range`` or another
+            sequence, floats and strings are refused, as ``F.conv2d`` refuses them.
 
     Returns:
         A ``(N, O, H_out, W_out)`` tensor equal (up to rounding) to
@@ -446,7 +528,7 @@ def conv2d_as_matmul(
 
     Raises:
         TypeError: a tensor argument is not a floating-point tensor, or an option is
-            not an int/pair.
+            not an int/pair as ``F.conv2d`` takes them.
         ValueError: wrong numbers of dimensions, channels or bias size that do not
             match, a weight with no output channel or (with ``C >= 1``) an empty
             kernel, an input with an empty height or width (and ``N, C >= 1``),

@@ -80,6 +80,46 @@ def test_a_meta_index_is_refused_like_a_cpu_index(meta: Any) -> None:
         pick_device(meta)
 
 
+@pytest.mark.parametrize("mps_available", [False, True], ids=["without mps", "with mps"])
+@pytest.mark.parametrize("mps", ["mps:1", "mps:7", torch.device("mps", 1)])
+def test_an_mps_index_is_refused_like_a_cpu_index(
+    monkeypatch: pytest.MonkeyPatch, mps: Any, mps_available: bool
+) -> None:
+    # before: RuntimeError "prefer='mps:1' is not available on this machine:
+    # torch.backends.mps.is_available() is False or the index is not 0", on every
+    # machine: torch has at most one MPS device (torch.mps.device_count() is 0 or 1), so
+    # no machine has 'mps:1'; a string no machine can satisfy is a ValueError, as for
+    # 'cpu:1' and 'meta:5'
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps_available)
+    shown = re.escape(repr(mps))
+    with pytest.raises(
+        ValueError,
+        match=rf"^prefer must be 'mps' or 'mps:0' for the MPS device, got {shown}: torch has "
+        r"at most one MPS device \(torch\.mps\.device_count\(\) is 0 or 1\)$",
+    ):
+        pick_device(mps)
+
+
+@pytest.mark.parametrize("mps", ["mps", "mps:0", torch.device("mps", 0)])
+def test_the_mps_device_where_there_is_one(monkeypatch: pytest.MonkeyPatch, mps: Any) -> None:
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert pick_device(mps) == torch.device(mps)
+
+
+@pytest.mark.parametrize("mps", ["mps", "mps:0"])
+def test_the_mps_device_where_there_is_none_says_why(
+    monkeypatch: pytest.MonkeyPatch, mps: str
+) -> None:
+    # before: "...is False or the index is not 0", though the index was 0
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(
+        RuntimeError,
+        match=rf"^prefer='{mps}' is not available on this machine: "
+        r"torch\.backends\.mps\.is_available\(\) is False$",
+    ):
+        pick_device(mps)
+
+
 @pytest.mark.parametrize("meta", ["meta", "meta:0", torch.device("meta", 0)])
 def test_the_meta_device_however_spelled(meta: Any) -> None:
     device = pick_device(meta)

@@ -208,6 +208,89 @@ def test_a_worker_defined_in_an_importable_main_is_taken(
     assert run_workers(defined["instance"], world_size=2) == [0, 1]
 
 
+# -- arguments for the worker: checked before anything starts ----------------------------
+
+
+class _Point:
+    """A picklable argument whose class a test may place in a file-less ``__main__``."""
+
+
+@pytest.mark.parametrize(
+    ("worker", "args", "match"),
+    [
+        (ddp_step, (lambda: 0, 8), (r"^args\[0\] must be an object that pickle can send to "
+         r"another process, got <function .*<lambda>.* \(Can't (pickle|get local object)")),
+        (ddp_step, (0, [1, lambda: 0]), r"^args\[1\] must be an object that pickle can send"),
+        (rank_info, (5,), (r"^worker must take the 1 positional argument given after it "
+         r"\(args\), got a callable with signature \(\) -> .* \(too many positional")),
+        (ddp_step, (), (r"^worker must take the 0 positional arguments given after it \(args\), "
+         r"got a callable with signature \(seed: 'int', batch_size: 'int', lr: 'float' = 0.1\)"
+         r" -> .* \(missing a required argument: 'seed'\)$")),
+        (functools.partial(ddp_step, 0, 8), (0.1, 1), (r"^worker must take the 2 positional "
+         r"arguments given after it \(args\), got a callable with signature \(lr: 'float' = ")),
+    ],
+    ids=["lambda", "nested lambda", "too many", "too few", "partial, too many"],
+)  # fmt: skip
+def test_bad_args_are_refused_before_any_process_starts(
+    monkeypatch: pytest.MonkeyPatch, worker: Callable[..., Any], args: tuple[Any, ...], match: str
+) -> None:
+    # before: the lambda escaped from multiprocessing as AttributeError "Can't pickle
+    # local object" after the resource tracker had started, and arguments the worker
+    # does not take started every rank to fail there ("rank 0 of 2: failed: ...
+    # TypeError: rank_info() takes 0 positional arguments but 1 was given")
+    monkeypatch.setattr(pytorch_memo.distributed, "_launch", _no_launch)
+    with pytest.raises(TypeError, match=match):
+        run_workers(worker, *args, world_size=2)
+
+
+@pytest.mark.parametrize("spec", [None, "pkg.__main__"])
+def test_an_argument_from_an_unimportable_main_is_refused(
+    monkeypatch: pytest.MonkeyPatch, spec: str | None
+) -> None:
+    # before: pickle took it (by reference to __main__), each rank died unpickling it
+    # and the caller got only "a worker process exited with code 1"
+    main = _fake_main(
+        monkeypatch, __spec__=importlib.machinery.ModuleSpec(spec, None) if spec else None
+    )
+    monkeypatch.setattr(_Point, "__module__", "__main__")
+    main._Point = _Point  # type: ignore[attr-defined]
+    monkeypatch.setattr(pytorch_memo.distributed, "_launch", _no_launch)
+    with pytest.raises(
+        TypeError,
+        match=r"^args\[1\] must be an object that pickle can send to another process, got "
+        r"\[<.*_Point object .*\]: '_Point' is defined in __main__, which has no file a "
+        r"started process could import .* define it in a module",
+    ):
+        run_workers(ddp_step, 0, [_Point()], world_size=2)
+
+
+def test_arguments_multiprocessing_sends_itself_are_taken_as_they_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A tensor goes to the ranks through torch's shared memory and a multiprocessing
+    # queue by inheritance; plain pickle copies the one and refuses the other. The check
+    # does neither: each is handed to the ranks unchanged.
+    queue = __import__("multiprocessing").get_context("forkserver").Queue()
+    tensor = torch.zeros(3)
+    launched: list[tuple[Any, ...]] = []
+
+    def launch(task: bytes, args: tuple[Any, ...], world_size: int, deadline: float) -> object:
+        launched.append(args)
+        return {rank: ("ok", pickle.dumps(rank)) for rank in range(world_size)}
+
+    def no_plain_pickling(self: torch.Tensor, protocol: int) -> object:
+        raise AssertionError("the check pickled a tensor's data")
+
+    monkeypatch.setattr(pytorch_memo.distributed, "_launch", launch)
+    monkeypatch.setattr(torch.Tensor, "__reduce_ex__", no_plain_pickling)
+    try:
+        assert run_workers(ddp_step, tensor, queue, 0.1, world_size=2) == [0, 1]
+    finally:
+        queue.close()
+    assert launched[0][0] is tensor
+    assert launched[0][1] is queue
+
+
 def test_a_partial_of_a_module_level_worker_runs() -> None:
     a, b = run_workers(functools.partial(ddp_step, 7, lr=0.5), 4, world_size=2, timeout=LOADED)
     ref = reference_step(7, 4, lr=0.5)

@@ -78,6 +78,39 @@ def test_new_files_get_the_umasks_permissions(tmp_path: Path, umask: int) -> Non
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o400, 0o000], ids=oct)
+def test_the_temporary_file_is_never_more_open_to_others_than_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int
+) -> None:
+    # before: it was created with 0o666 less the umask (0o644 here) and narrowed by
+    # fchmod a moment later; another user who opened it in between kept a descriptor
+    # that reads whatever is written next. Created with the final bits, there is no
+    # such moment: its mode is checked as the call that creates it returns.
+    target = tmp_path / "private.bin"
+    target.write_bytes(b"old")
+    target.chmod(mode)
+    created: list[int] = []
+    real_open = os.open
+
+    def recording_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        fd = real_open(path, flags, *args, **kwargs)
+        if flags & os.O_CREAT and Path(path).name.startswith(".private.bin."):
+            created.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        return fd
+
+    monkeypatch.setattr(os, "open", recording_open)
+    old = os.umask(0o022)
+    try:
+        write_text(target, "new")
+    finally:
+        os.umask(old)
+    assert len(created) == 1
+    assert created[0] & 0o077 & ~mode == 0, f"created {created[0]:#o} for a {mode:#o} file"
+    assert stat.S_IMODE(target.stat().st_mode) == mode
+    assert target.read_text() == "new"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
 @pytest.mark.parametrize("mode", [0o600, 0o640, 0o660, 0o755, 0o444, 0o000], ids=oct)
 def test_an_existing_file_keeps_its_permissions(tmp_path: Path, mode: int) -> None:
     # As writing in place would: a private file is not made readable by others.
@@ -125,15 +158,21 @@ def test_set_user_id_bits_are_not_copied(tmp_path: Path) -> None:
 def test_a_refused_mode_change_is_an_error_naming_the_path_and_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A file system that cannot give the new file the old one's mode: not written at
-    # all, rather than left readable by others.
+    # A file system that cannot give the new file the old one's mode (it creates every
+    # file 0o666 less the umask, whatever mode it is asked for, and refuses chmod): not
+    # written at all, rather than left readable by others.
     target = tmp_path / "private.bin"
     target.write_bytes(b"old")
     target.chmod(0o600)
+    real_open = os.open
+
+    def one_mode(path: Any, flags: int, mode: int = 0o777, *args: Any, **kwargs: Any) -> int:
+        return real_open(path, flags, 0o666 if flags & os.O_CREAT else mode, *args, **kwargs)
 
     def refuse(fd: int, mode: int) -> None:
         raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
 
+    monkeypatch.setattr(os, "open", one_mode)
     monkeypatch.setattr(os, "fchmod", refuse)
     old = os.umask(0o022)
     try:

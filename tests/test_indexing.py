@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -453,6 +454,49 @@ def test_explain_gather_shows_0d_positions() -> None:
     ]  # fmt: skip
 
 
+_META = "meta"
+
+
+@pytest.mark.parametrize(
+    ("input", "dim", "index"),
+    [
+        (torch.empty(3, 4, device=_META), 1, torch.empty(3, 0, dtype=torch.int64, device=_META)),
+        (torch.zeros(3, 4), 1, torch.empty(3, 0, dtype=torch.int64, device=_META)),
+        (torch.empty(3, 4, device=_META), 1, torch.empty(3, 0, dtype=torch.int64)),
+        (torch.empty(3, 4, device=_META), -1, torch.empty(5, 0, 2, device=_META)),  # float32
+        (torch.empty(2**20, 2**20, device=_META), 0, torch.empty(0, 5, dtype=torch.int64)),
+        (torch.empty((), device=_META), 0, torch.empty(0, dtype=torch.int32, device=_META)),
+    ],
+    ids=["both", "index", "input", "float index", "huge input", "0-d input"],
+)
+def test_an_empty_index_on_the_meta_device_is_taken_as_torch_gather_takes_it(
+    input: torch.Tensor, dim: int, index: torch.Tensor
+) -> None:
+    # before: ValueError "input must hold values, got a tensor on the meta device" (or
+    # "index must ..."), though gather has no value to read and returns an empty tensor
+    expected = torch.gather(input, dim, index)
+    explanation = explain_gather(input, dim, index)
+    assert len(explanation) == 0
+    assert explanation.index_shape == tuple(expected.shape) == tuple(index.shape)
+    assert explanation.input_shape == tuple(input.shape)
+    assert explanation.dim == dim % max(input.dim(), 1)
+    with pytest.raises((IndexError, AssertionError)):  # 2.8's meta kernel asserts
+        torch.gather(input, 5, index)
+    with pytest.raises(ValueError, match=r"^dim must be in \[-\d, \d\) for a \d-d input"):
+        explain_gather(input, 5, index)
+
+
+@pytest.mark.usefixtures("close_figures")
+def test_plot_gather_draws_an_empty_index_on_the_meta_device_and_refuses_a_meta_input() -> None:
+    # it draws input's values: an empty index needs none, a meta input has none to draw
+    input = torch.arange(6.0).reshape(2, 3)
+    ax = plot_gather(input, 1, torch.empty(2, 0, dtype=torch.int64, device=_META))
+    assert not [t for t in ax.texts if t.get_gid() == "gather-arrow"]
+    empty = torch.empty(2, 0, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"^input must hold values, got a tensor on the meta"):
+        plot_gather(input.to(_META), 1, empty)
+
+
 class _ClaimsCuda(torch.Tensor):
     """A CPU tensor that says it is on cuda:0: a device mismatch without a GPU."""
 
@@ -642,6 +686,89 @@ def test_conv2d_as_matmul_refuses_options_conv2d_refuses(
     x, weight = torch.zeros(1, 2, 5, 5), torch.zeros(1, 2, 2, 2)
     with pytest.raises((RuntimeError, TypeError)):
         F.conv2d(x, weight, stride=value)
+    with pytest.raises(error, match=match):
+        conv2d_as_matmul(x, weight, stride=value)
+
+
+class _IntLike:
+    """An integer only through ``__index__``: F.conv2d takes it inside a pair, not alone."""
+
+    def __index__(self) -> int:
+        return 2
+
+
+_OPTIONS_AS_CONV2D_TAKES_THEM: list[Any] = [
+    np.int64(2), np.int32(2), np.uint8(2), [np.int64(2), 1], (1, np.int64(2)),
+    (np.array(2), 1), (_IntLike(), _IntLike()), (torch.tensor(2), 1), (1, torch.tensor([2])),
+    (torch.tensor([[2]], dtype=torch.int32), 1), [1, True], (np.int64(1), True),
+    torch.Size([2, 1]), [2],
+]  # fmt: skip
+"""Options F.conv2d takes, beyond plain ints and tuples or lists of them (torch 2.8-2.15)."""
+_OPTIONS_CONV2D_REFUSES: list[Any] = [
+    range(1, 3), range(2, 3), True, False, np.bool_(True), (True,), [True, 2], (False, 1),
+    (1, np.bool_(True)), (torch.tensor(True), 1), (1, torch.tensor(2.0)),
+    (1, torch.tensor([2, 1])), (torch.tensor(2, device="meta"), 1), np.array([2, 1]),
+    np.array(2), _IntLike(), np.float64(2.0), (np.float64(2.0), 1), (1, None), (1, "2"),
+    (1, np.array([2])), torch.tensor([2, 1]), torch.tensor(2.0), b"ab",
+]  # fmt: skip
+"""Options F.conv2d refuses (with a TypeError or a RuntimeError) on torch 2.8-2.15."""
+_OPTIONS_FROM_2_10: list[Any] = [
+    torch.tensor(2), torch.tensor([2]), torch.tensor(2, dtype=torch.uint8), torch.tensor(True),
+]  # fmt: skip
+"""A one-element tensor alone: F.conv2d refuses it on torch 2.8 and 2.9, takes it from 2.10."""
+_OPTIONS_BY_VALUE: list[Any] = [(1, False), (0, True)]
+"""A bool after the first element is 0 or 1: a padding, not a stride (or dilation) of 0."""
+
+
+@pytest.mark.parametrize("name", ["stride", "padding", "dilation"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        *_OPTIONS_AS_CONV2D_TAKES_THEM,
+        *_OPTIONS_CONV2D_REFUSES,
+        *_OPTIONS_FROM_2_10,
+        *_OPTIONS_BY_VALUE,
+    ],
+)
+def test_conv2d_as_matmul_takes_and_refuses_options_as_conv2d_does(name: str, value: Any) -> None:
+    # before: NumPy integers (np.int64(2), alone or in a pair), 0-d NumPy arrays,
+    # objects with __index__, one-element tensors and a bool after the first element
+    # were refused, and a range was taken, each the opposite of F.conv2d
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 2, 6, 7, dtype=torch.float64, generator=gen)
+    weight = torch.randn(3, 2, 2, 2, dtype=torch.float64, generator=gen)
+    try:
+        expected = F.conv2d(x, weight, **{name: value})
+    except (TypeError, RuntimeError, ValueError):
+        assert not any(value is v for v in _OPTIONS_AS_CONV2D_TAKES_THEM)
+        with pytest.raises((TypeError, ValueError), match=rf"^{name}(\[\d\])? must "):
+            conv2d_as_matmul(x, weight, **{name: value})
+        return
+    assert not any(value is v for v in _OPTIONS_CONV2D_REFUSES)
+    got = conv2d_as_matmul(x, weight, **{name: value})
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        (range(1, 3), TypeError, (r"^stride must be an int or a pair of ints, got range: "
+         r"range\(1, 3\) \(F\.conv2d takes a pair as a tuple or list\)$")),
+        (True, TypeError, r"^stride must be an int or a pair of ints, got bool: True$"),
+        ((True, 1), TypeError, (r"^stride\[0\] must be an int, got bool: True \(F\.conv2d takes "
+         r"a bool only after the first element\)$")),
+        ((1, torch.tensor(True)), TypeError, (r"^stride\[1\] must be an int, got a tensor of "
+         r"dtype torch.bool$")),
+        ((1, torch.tensor(2, device="meta")), ValueError, (r"^stride\[1\] must hold a value, "
+         r"got a tensor on the meta device$")),
+        ((1, np.float64(2.0)), TypeError, r"^stride\[1\] must be an int, got float64: "),
+    ],
+)  # fmt: skip
+def test_conv2d_as_matmul_names_the_option_it_refuses(
+    value: Any, error: type[Exception], match: str
+) -> None:
+    x, weight = torch.zeros(1, 2, 5, 5), torch.zeros(1, 2, 2, 2)
     with pytest.raises(error, match=match):
         conv2d_as_matmul(x, weight, stride=value)
 
