@@ -561,12 +561,22 @@ def _turn(folder: Path, *, timeout: float) -> Iterator[None]:
 
 
 def _settle(folder: Path, record: str | None, *, deadline: float, timeout: float) -> None:
-    """Remove a stale ``lock``; under FileBaton wait while a live one (a plain build's)
-    exists, until ``deadline``, rather than let ``load_inline`` wait on it forever."""
+    """Remove a stale ``lock``; wait, until ``deadline``, while a live build outside
+    :func:`build_extension` holds it (an OS lock: a torch >= 2.14 build, whichever torch
+    runs here) or, under FileBaton, while a live one exists, rather than let
+    ``load_inline`` wait on it forever (neither torch's wait has a deadline)."""
     lock = folder / LOCK_NAME
     while _clear(folder, record, own_turn=True) is None:
-        if not (_torch_lock_is_a_file() and lock.is_file()) or _held_by_someone(lock):
-            return  # nothing blocks, or an OS lock that torch's own wait handles
+        held = _held_by_someone(lock)
+        if not held and not (_torch_lock_is_a_file() and lock.is_file()):
+            return  # nothing blocks
+        if time.monotonic() >= deadline and held:
+            msg = (
+                f"waited {timeout:g} s for {lock}: a live process holds an OS lock on it, "
+                "a build of this extension outside build_extension (a plain load_inline "
+                "of torch >= 2.14) is running; raise wait_timeout or stop that process"
+            )
+            raise TimeoutError(msg)
         if time.monotonic() >= deadline:
             pid = _working_in(folder)
             who = (
@@ -600,9 +610,10 @@ def build_extension(
     The extension is built in ``build_root / name``. Builds through this function take
     turns on an OS lock (``lock.memo``) that the kernel releases if a builder dies;
     whoever has the turn removes a stale ``lock`` left by a killed build (warning
-    :class:`StaleLockWarning`; see :func:`is_stale_lock`), under torch < 2.14 waits
-    while a live ``lock`` of a build outside this function exists (a plain
-    ``load_inline``, up to ``wait_timeout``), and then calls
+    :class:`StaleLockWarning`; see :func:`is_stale_lock`), waits, up to
+    ``wait_timeout``, while a build outside this function holds ``lock`` (a plain
+    ``load_inline`` of torch >= 2.14, whichever torch runs here) or, under torch < 2.14,
+    while a live ``lock`` exists (a plain ``load_inline``), and then calls
     ``torch.utils.cpp_extension.load_inline``,
     which rebuilds what the killed build left unfinished (ninja keeps track). It builds
     with the ninja installed with this Python when there is one (another ninja version
@@ -633,9 +644,10 @@ def build_extension(
             importable module (loading the extension would replace it in
             ``sys.modules``), ``cpp_sources`` is empty, or ``wait_timeout`` is not
             positive and finite.
-        TimeoutError: another live build held the turn, or (torch < 2.14) a ``lock``
-            that is not stale stayed, for ``wait_timeout`` seconds; the message names
-            the file to delete when no build runs.
+        TimeoutError: another live build held the turn or an OS lock on ``lock``, or
+            (torch < 2.14) a ``lock`` that is not stale stayed, for ``wait_timeout``
+            seconds; the message names the file to delete when no build runs, or
+            ``wait_timeout``.
         RuntimeError: the compiler or linker failed (torch's message), or
             ``cuda_sources`` were given without a CUDA toolkit or target architecture.
         ImportError: the built library does not import as module ``name``.

@@ -86,11 +86,17 @@ class ActivationTable(NamedRows[ActivationRow], ResultTable):
 
     Attributes:
         rows: the calls of one forward pass, at most :data:`MAX_ROWS`.
-        unlisted: the calls after the first :data:`MAX_ROWS`, counted only.
+        unlisted: the calls of a call of the model after the first :data:`MAX_ROWS`,
+            counted only.
+        dropped: where the model's layers were called without it (``model.forward(x)``,
+            a layer of an ``nn.ModuleDict``), the rows are those of every call since the
+            model was last called, the latest :data:`MAX_ROWS`: the earlier calls,
+            counted only.
     """
 
     rows: tuple[ActivationRow, ...]
     unlisted: int = 0
+    dropped: int = 0
     _css_class = "memo-describe"
 
     def _headers(self) -> tuple[str, ...]:
@@ -100,9 +106,12 @@ class ActivationTable(NamedRows[ActivationRow], ResultTable):
         return [row.cells() for row in self.rows]
 
     def _note(self) -> tuple[str, str]:
-        if not self.unlisted:
+        if self.dropped:
+            text = f"the {self.dropped} earliest calls are not listed (at most {MAX_ROWS} are)"
+        elif self.unlisted:
+            text = f"and {self.unlisted} more calls, not listed (at most {MAX_ROWS} are)"
+        else:
             return "", ""
-        text = f"and {self.unlisted} more calls, not listed (at most {MAX_ROWS} are)"
         return text, f"<p>{text}</p>"
 
 
@@ -118,7 +127,9 @@ class NonFiniteError(FloatingPointError):
             ``kwargs['mask']``...
         nan: how many NaN values that tensor holds.
         inf: how many infinities it holds.
-        table: the module calls of this forward pass up to the error.
+        table: the module calls of this forward pass up to the error; where the model's
+            layers were called without it (``model.forward(x)``), of every call since
+            the model was last called, the latest :data:`MAX_ROWS` of them.
     """
 
     def __init__(
@@ -238,6 +249,7 @@ class NonFiniteWatch:
         self._handles: list[RemovableHandle] = []
         self._rows: list[ActivationRow] = []
         self._unlisted = 0
+        self._dropped = 0
         self._running: list[tuple[nn.Module, int | None]] = []
         self._rows_of_model = False  # the rows are those of a call of the model itself
         self._warned = False
@@ -246,8 +258,8 @@ class NonFiniteWatch:
     def table(self) -> ActivationTable:
         """The module calls of the latest forward pass: the latest call of the model, or,
         where its submodules were called without it (``model.forward(x)``), every call
-        since the last call of the model."""
-        return ActivationTable(tuple(self._rows), self._unlisted)
+        since the last call of the model, the latest :data:`MAX_ROWS` of them."""
+        return ActivationTable(tuple(self._rows), self._unlisted, self._dropped)
 
     def __enter__(self) -> Self:
         if self._handles:
@@ -288,11 +300,17 @@ class NonFiniteWatch:
     def _forward_running(self) -> bool:
         """Whether the watched model's own ``forward`` is running, called directly
         (``model.forward(x)``: none of the model's own hooks run)."""
-        code = getattr(getattr(type(self._model), "forward", None), "__code__", None)
+        forward = getattr(type(self._model), "forward", None)
+        if forward is None:
+            return False
+        # a decorated forward (``@torch.no_grad()``, any functools.wraps): the frame
+        # that runs its body has the code of the function it wraps
+        codes = {getattr(f, "__code__", None) for f in (forward, inspect.unwrap(forward))}
+        codes.discard(None)
         frame = inspect.currentframe()
         try:
             while frame is not None:
-                if frame.f_code is code and frame.f_locals.get("self") is self._model:
+                if frame.f_code in codes and frame.f_locals.get("self") is self._model:
                     return True
                 frame = frame.f_back
             return False
@@ -319,6 +337,7 @@ class NonFiniteWatch:
         if not self._running and (self._rows_of_model or not outside):
             self._rows.clear()  # an outermost call: a new forward pass
             self._unlisted = 0
+            self._dropped = 0
         if not self._running:
             self._rows_of_model = not outside
         by_forward = outside and self._forward_running()
@@ -354,10 +373,13 @@ class NonFiniteWatch:
                     "may have made them: call the model, `model(x)`, to tell"
                 )
             raise self._error(message, None, where, count)
-        index: int | None = None
+        index: int | None = None  # counted from the first call, dropped ones included
+        if len(self._rows) >= MAX_ROWS and not self._rows_of_model:
+            del self._rows[0]  # calls without the model pile up: keep the latest
+            self._dropped += 1
         if len(self._rows) < MAX_ROWS:
             self._rows.append(ActivationRow(name, type(module).__name__, None, None, 0, 0))
-            index = len(self._rows) - 1
+            index = self._dropped + len(self._rows) - 1
         else:
             self._unlisted += 1
         self._running.append((module, index))
@@ -380,8 +402,8 @@ class NonFiniteWatch:
             sum(c.nan for _, c in counts),
             sum(c.inf for _, c in counts),
         )
-        if index is not None:
-            self._rows[index] = row
+        if index is not None and index >= self._dropped:
+            self._rows[index - self._dropped] = row
         for where, count in counts:
             if count.finite:
                 continue
@@ -415,7 +437,8 @@ def stop_at_nonfinite(model: nn.Module, *, check_inputs: bool = True) -> NonFini
     tuples, lists and dicts too; ``meta``, sparse and nested tensors are not. Forward
     hooks run when a module is called (``layer(x)``), not when its ``forward`` is
     called directly: run as ``model.forward(x)``, the model's own code is not checked
-    (its layers still are, and their rows are kept), and the watch warns once.
+    (its layers still are, and their rows are kept: those of every call since the
+    model was last called, the latest :data:`MAX_ROWS`), and the watch warns once.
     Submodules called without the model (a layer of an ``nn.ModuleDict``) are checked
     as the model's input is, from outside.
 

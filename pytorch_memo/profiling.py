@@ -405,9 +405,11 @@ def time_call(
     CUDA kernels run asynchronously: a call returns once its work is queued. On a CUDA
     device every measured call is bracketed by ``torch.cuda.synchronize`` so that the
     time includes the work itself, not only its launch. The device is not inferred from
-    what ``fn`` does: on the CPU (the default) nothing is synchronized, and a warning
-    says so when the calls left CUDA work running on the current stream (their times are
-    then those of the launches). The median resists the odd slow call (another process,
+    what ``fn`` does: on the CPU (the default) the calls are not synchronized, and a
+    warning says so when CUDA work was still running on the current stream after them
+    (their times are then those of the launches). Where CUDA is initialized, CUDA work
+    queued before the call is waited for first, so that the warning is about what ``fn``
+    queued; work of ``fn`` that finished before the calls ended goes unwarned. The median resists the odd slow call (another process,
     a page fault) better than the mean.
 
     Args:
@@ -427,7 +429,8 @@ def time_call(
         RuntimeError: ``device`` is CUDA on a machine without it.
 
     Warns:
-        UserWarning: on the CPU, the calls left CUDA work running (timed as launches).
+        UserWarning: on the CPU, CUDA work that ``fn`` queued was still running after the
+            calls (timed as launches).
 
     Example:
         >>> import torch
@@ -449,6 +452,8 @@ def time_call(
         if index is not None:
             torch.cuda.synchronize(index)
 
+    if index is None and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        torch.cuda.synchronize()  # work queued before the call is not fn's
     for _ in range(warmup):
         fn()
     times = []
@@ -460,9 +465,9 @@ def time_call(
         times.append(time.perf_counter() - start)
     if index is None and _cuda_work_pending():
         warnings.warn(
-            "fn left CUDA work still running after the timed calls: on the CPU nothing is "
-            "synchronized, so the times are those of the launches; pass device='cuda' "
-            "to time the work",
+            "fn queued CUDA work that was still running after the timed calls: on the CPU "
+            "the calls are not synchronized, so the times are those of the launches; pass "
+            "device='cuda' to time the work",
             UserWarning,
             stacklevel=2,
         )

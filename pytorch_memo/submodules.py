@@ -247,7 +247,8 @@ _NORMS = frozenset({"layer_norm", "group_norm", "batch_norm", "instance_norm"})
 _REDUCED = (torch.float16, torch.bfloat16)
 # F.multi_head_attention_forward (nn.MultiheadAttention, so every Transformer layer) is a
 # Python function that runs its own matrix products, which a TorchFunctionMode does not
-# see: its tensors but the masks (bool, or float of any dtype) must share one dtype.
+# see: its tensors must share one dtype, and a mask is bool or of the query's dtype (the
+# meta kernels refuse a float mask of another dtype themselves, as the CPU does).
 _ATTENTION = "multi_head_attention_forward"
 _ATTENTION_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
 _MASKS = frozenset({"key_padding_mask", "attn_mask"})

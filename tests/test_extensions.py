@@ -689,3 +689,32 @@ def test_under_file_baton_a_build_reports_2_14s_leftover_lock_instead_of_waiting
     assert message.startswith(f"removed the stale lock file {folder / 'lock'}: ")
     assert "no process works in its folder" in message
     assert "as 2.14 and 2.15 do" in message
+
+
+@pytest.mark.parametrize("file_baton", [False, True], ids=["flock", "FileBaton"])
+def test_a_build_holding_an_os_lock_is_waited_for_up_to_wait_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_baton: bool
+) -> None:
+    """A torch >= 2.14 build outside build_extension (a plain load_inline) holds `lock`
+    with an OS lock: neither torch's FileBaton (which waits while the file exists) nor its
+    FileLock has a deadline, so build_extension waits for it itself, up to wait_timeout."""
+    if file_baton:
+        monkeypatch.setattr("pytorch_memo.extensions._torch_lock_is_a_file", lambda: True)
+
+    def load_inline(*args: object, **kwargs: object) -> None:
+        raise AssertionError("load_inline was called while a live build held the lock")
+
+    monkeypatch.setattr("torch.utils.cpp_extension.load_inline", load_inline)
+    folder = tmp_path / "bare"
+    folder.mkdir()
+    lock = folder / "lock"
+    with FileLock(lock):  # how a torch >= 2.14 build holds it
+        _age(lock, 600)  # however long it has been building
+        start = time.monotonic()
+        with pytest.raises(
+            TimeoutError,
+            match=rf"waited 0.3 s for {lock}: a live process holds an OS lock.*wait_timeout",
+        ):
+            build_extension("bare", BARE, build_root=tmp_path, wait_timeout=0.3)
+        assert 0.3 <= time.monotonic() - start < 5
+        assert lock.exists()

@@ -466,3 +466,56 @@ def test_a_model_run_by_its_forward_warns_keeps_its_rows_and_says_so() -> None:
     with pytest.raises(NonFiniteError) as stopped_at, stop_at_nonfinite(container):
         container["id"](torch.tensor([math.nan]))
     assert "model.forward" not in str(stopped_at.value)
+
+
+def test_a_decorated_forward_run_directly_is_still_seen() -> None:
+    """``@torch.no_grad()`` (any ``functools.wraps`` decorator) wraps ``forward``: the
+    frame that runs its body has the undecorated code."""
+
+    class Decorated(LogBetween):
+        @torch.no_grad()
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x)
+
+    model = Decorated()
+    with (
+        pytest.warns(UserWarning, match="runs as `model.forward"),
+        pytest.raises(NonFiniteError) as stopped_at,
+        stop_at_nonfinite(model),
+    ):
+        model.forward(-torch.ones(2))
+    assert "its own code may have made them" in str(stopped_at.value)
+
+
+def test_a_model_run_by_its_forward_keeps_the_latest_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run as ``model.forward(x)`` in a loop, the rows are those of every call since the
+    model was last called: past MAX_ROWS, the earliest are dropped, so that the table
+    of an error holds the failing pass."""
+    monkeypatch.setattr(numerics, "MAX_ROWS", 3)
+    model = LogBetween()
+    with warnings.catch_warnings(), stop_at_nonfinite(model) as watch:
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            model.forward(torch.ones(2))
+    assert [r.name for r in watch.table] == ["second", "first", "second"]
+    assert watch.table.dropped == 3
+    assert watch.table.unlisted == 0
+    assert str(watch.table).endswith("the 3 earliest calls are not listed (at most 3 are)")
+
+    def steps() -> None:
+        warnings.simplefilter("ignore")  # the warning of model.forward(x)
+        for step in (1.0, 2.0, 3.0, -4.0):  # log(-4) is NaN, between the two layers
+            model.forward(torch.full((2,), step))
+
+    with (
+        warnings.catch_warnings(),
+        pytest.raises(NonFiniteError) as stopped_at,
+        stop_at_nonfinite(model),
+    ):
+        steps()
+    table = stopped_at.value.table
+    assert [r.name for r in table] == ["first", "second", "first"]
+    assert table.rows[-1].largest == 4.0  # the failing pass's first layer
+    assert table.dropped == 4

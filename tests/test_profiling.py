@@ -260,7 +260,8 @@ def test_time_call_on_the_cpu_warns_when_cuda_work_is_left_running() -> None:
     with (
         mock.patch.object(torch.cuda, "is_initialized", return_value=True),
         mock.patch.object(torch.cuda, "current_stream", return_value=stream),
-        pytest.warns(UserWarning, match=r"CUDA work still running.*device='cuda'"),
+        mock.patch.object(torch.cuda, "synchronize"),
+        pytest.warns(UserWarning, match=r"CUDA work that was still running.*device='cuda'"),
     ):
         timing = time_call(lambda: None, repeats=3)
     assert timing.device == "cpu"
@@ -268,10 +269,31 @@ def test_time_call_on_the_cpu_warns_when_cuda_work_is_left_running() -> None:
     with (
         mock.patch.object(torch.cuda, "is_initialized", return_value=True),
         mock.patch.object(torch.cuda, "current_stream", return_value=stream),
+        mock.patch.object(torch.cuda, "synchronize"),
         warnings.catch_warnings(),
     ):
         warnings.simplefilter("error")
         time_call(lambda: None, repeats=3)
+
+
+def test_time_call_on_the_cpu_does_not_blame_fn_for_cuda_work_queued_before() -> None:
+    """CUDA work queued before the call (a previous step's) is waited for first: the
+    warning is about what fn queued."""
+    state = {"busy": True}  # the stream has work from before the call
+
+    def synchronize(device: object = None) -> None:
+        state["busy"] = False
+
+    stream = mock.Mock(query=lambda: not state["busy"])
+    with (
+        mock.patch.object(torch.cuda, "is_initialized", return_value=True),
+        mock.patch.object(torch.cuda, "current_stream", return_value=stream),
+        mock.patch.object(torch.cuda, "synchronize", side_effect=synchronize) as sync,
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("error")
+        time_call(lambda: sum(range(100)), repeats=2)  # CPU work only
+    assert sync.call_count == 1  # once, before the calls; never around them
 
 
 @without_cuda
@@ -283,7 +305,7 @@ def test_time_call_on_cuda_without_cuda_raises() -> None:
 @needs_cuda
 def test_cuda_work_measured_on_the_cpu_gets_a_warning() -> None:
     x = torch.randn(4096, 4096, device="cuda")
-    with pytest.warns(UserWarning, match=r"CUDA work still running"):
+    with pytest.warns(UserWarning, match=r"CUDA work that was still running"):
         time_call(lambda: x @ x, repeats=3)
     with pytest.warns(UserWarning, match=r"fn allocated CUDA memory"):
         peak_memory(lambda: torch.empty(2**20, device="cuda"))
