@@ -256,9 +256,12 @@ class NonFiniteWatch:
 
     @property
     def table(self) -> ActivationTable:
-        """The module calls of the latest forward pass: the latest call of the model, or,
-        where its submodules were called without it (``model.forward(x)``), every call
-        since the last call of the model, the latest :data:`MAX_ROWS` of them."""
+        """The module calls of the latest forward pass.
+
+        That is the latest call of the model, or, where its submodules were called
+        without it (``model.forward(x)``), every call since the last call of the model,
+        the latest :data:`MAX_ROWS` of them.
+        """
         return ActivationTable(tuple(self._rows), self._unlisted, self._dropped)
 
     def __enter__(self) -> Self:

@@ -41,6 +41,7 @@ __all__ = [
     "MemoryReport",
     "ParameterCount",
     "Timing",
+    "allocated_bytes",
     "count_parameters",
     "memory_report",
     "peak_memory",
@@ -301,6 +302,41 @@ def _cpu_peak(fn: Callable[[], object]) -> MemoryPeak:
         level += size
         peak = max(peak, level)
     return MemoryPeak(device="cpu", peak=peak, retained=level)
+
+
+def allocated_bytes(prof: Any) -> int:
+    """The bytes a finished CPU memory profile allocated, frees not subtracted.
+
+    Unlike the rows of ``prof.key_averages()``, which subtract what an operator freed
+    while it ran, this counts every CPU allocation the profiler recorded, the
+    temporaries an operator frees before it returns included.
+
+    Args:
+        prof: a ``torch.profiler.profile(profile_memory=True)``, after its ``with`` block.
+
+    Returns:
+        The sum of the sizes of its CPU allocations, in bytes.
+
+    Raises:
+        TypeError: ``prof`` is not a ``torch.profiler.profile``.
+        RuntimeError: the profiler recorded nothing (it has not run).
+
+    Example:
+        >>> from torch.profiler import ProfilerActivity, profile
+        >>> with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        ...     _ = torch.ones(1000)
+        >>> allocated_bytes(prof) >= 4000
+        True
+    """
+    from torch.profiler import profile
+
+    if not isinstance(prof, profile):
+        msg = (
+            "prof must be a torch.profiler.profile run with profile_memory=True, "
+            f"got {type(prof).__name__}"
+        )
+        raise TypeError(msg)
+    return sum(size for _, size in cpu_allocations(prof) if size > 0)
 
 
 def _cuda_peak(fn: Callable[[], object], device: torch.device) -> MemoryPeak:

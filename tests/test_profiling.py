@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 import warnings
@@ -387,3 +388,29 @@ def test_plot_and_averages_are_checked_by_name() -> None:
         plot_self_cpu_time(prof.key_averages(), ax="ax")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"averages must be an iterable of profiler averages"):
         self_cpu_times(3)  # type: ignore[arg-type]
+
+
+def test_allocated_bytes_counts_what_an_operator_freed_inside() -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    from pytorch_memo.profiling import allocated_bytes
+
+    def scratch() -> torch.Tensor:
+        return (torch.ones(250_000) * 2).sum()  # a 1 MB temporary, freed at once
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        scratch()
+    net = sum(row.self_cpu_memory_usage for row in prof.key_averages())
+    assert allocated_bytes(prof) >= 2 * 1_000_000 > net  # ones and its double
+
+
+def test_allocated_bytes_refuses_what_is_not_a_profile() -> None:
+    from pytorch_memo.profiling import allocated_bytes
+
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "prof must be a torch.profiler.profile run with profile_memory=True, got list"
+        ),
+    ):
+        allocated_bytes([])
