@@ -178,7 +178,8 @@ def _check_takes(worker: Callable[..., Any], args: tuple[Any, ...]) -> None:
     """Raise a TypeError if ``worker``'s signature does not take ``worker(*args)``,
     the call each rank makes (a callable without a signature is let through)."""
     try:
-        signature = inspect.signature(worker)
+        # the wrapper's own signature: a decorator may supply arguments (follow_wrapped)
+        signature = inspect.signature(worker, follow_wrapped=False)
     except (TypeError, ValueError):  # some builtins have none: the ranks will tell
         return
     try:

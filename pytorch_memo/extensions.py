@@ -395,13 +395,15 @@ def _is_stale(folder: Path, record: str | None, *, own_turn: bool = False) -> bo
         return False
     if not own_turn and _held_by_someone(folder / TURN_NAME):
         return False  # a live build: under FileBaton its `lock` is held by existing
-    if record is None and not _torch_lock_is_a_file():
+    if record is not None:
+        return True  # the record of a build through build_extension that was killed
+    if not _torch_lock_is_a_file():
         return False  # torch >= 2.14 keeps the file after every build: it blocks nothing
     if _working_in(folder) is not None:
         return False  # a build at work (ninja, a compiler): a plain load_inline's, say
     # Under FileBaton a plain load_inline marks its build only by the file's existence,
     # for a moment before its ninja starts: a fresh file may be a live build's.
-    return record is not None or _age(lock) >= BATON_GRACE_SECONDS
+    return _age(lock) >= BATON_GRACE_SECONDS
 
 
 def clear_stale_lock(build_directory: str | os.PathLike[str]) -> Path | None:
@@ -614,7 +616,9 @@ def build_extension(
     ``wait_timeout``, while a build outside this function holds ``lock`` (a plain
     ``load_inline`` of torch >= 2.14, whichever torch runs here) or, under torch < 2.14,
     while a live ``lock`` exists (a plain ``load_inline``), and then calls
-    ``torch.utils.cpp_extension.load_inline``,
+    ``torch.utils.cpp_extension.load_inline`` (a plain build that takes ``lock`` in the
+    moment between that wait and the call is waited for by torch itself, which sets no
+    deadline),
     which rebuilds what the killed build left unfinished (ninja keeps track). It builds
     with the ninja installed with this Python when there is one (another ninja version
     would rebuild what this one built).

@@ -519,7 +519,8 @@ def conv2d_as_matmul(
             integer array, an object with ``__index__`` or a one-element integer tensor,
             and, after the first, a bool (0 or 1); from torch 2.10 a one-element integer
             or bool tensor may stand alone. A bool alone or first, a ``range`` or another
-            sequence, floats and strings are refused, as ``F.conv2d`` refuses them.
+            sequence and floats are refused, as ``F.conv2d`` refuses them; so are
+            strings, although ``F.conv2d`` takes ``padding="same"`` and ``"valid"``.
 
     Returns:
         A ``(N, O, H_out, W_out)`` tensor equal (up to rounding) to

@@ -319,6 +319,8 @@ def allocated_bytes(prof: Any) -> int:
 
     Raises:
         TypeError: ``prof`` is not a ``torch.profiler.profile``.
+        ValueError: ``prof`` was run without ``profile_memory=True`` (it recorded no
+            allocations).
         RuntimeError: the profiler recorded nothing (it has not run).
 
     Example:
@@ -336,6 +338,9 @@ def allocated_bytes(prof: Any) -> int:
             f"got {type(prof).__name__}"
         )
         raise TypeError(msg)
+    if not getattr(prof, "profile_memory", False):
+        msg = "prof must be run with profile_memory=True, got profile_memory=False"
+        raise ValueError(msg)
     return sum(size for _, size in cpu_allocations(prof) if size > 0)
 
 

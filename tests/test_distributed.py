@@ -500,3 +500,24 @@ def test_arguments_are_checked_before_any_work(
 ) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+def test_a_worker_whose_decorator_supplies_an_argument_is_not_refused() -> None:
+    """inspect.signature follows __wrapped__ by default: the wrapper's own signature
+    decides what the ranks may pass."""
+    import functools
+
+    from pytorch_memo.distributed import _check_takes
+
+    def with_rank(fn: Callable[..., int]) -> Callable[..., int]:  # supplies the rank
+        @functools.wraps(fn)
+        def wrapper(*args: int) -> int:
+            return fn(0, *args)
+
+        return wrapper
+
+    @with_rank
+    def worker(rank: int, scale: int) -> int:
+        return rank * scale
+
+    _check_takes(worker, (10,))  # the wrapped function alone would take 2 arguments

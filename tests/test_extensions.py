@@ -718,3 +718,20 @@ def test_a_build_holding_an_os_lock_is_waited_for_up_to_wait_timeout(
             build_extension("bare", BARE, build_root=tmp_path, wait_timeout=0.3)
         assert 0.3 <= time.monotonic() - start < 5
         assert lock.exists()
+
+
+def test_a_killed_builds_record_makes_its_lock_stale_whoever_works_in_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell that cd'd into the build folder must not keep a killed build's lock."""
+    monkeypatch.setattr("pytorch_memo.extensions._torch_lock_is_a_file", lambda: True)
+    (tmp_path / "lock").touch()
+    (tmp_path / "lock.memo").write_text("pid 99, started 2025-01-01 00:00:00")
+    with no_orphans():
+        shell = subprocess.Popen(["sleep", "60"], cwd=tmp_path)  # a shell, say
+        try:
+            assert killed_build(tmp_path) is not None
+            assert is_stale_lock(tmp_path)
+        finally:
+            shell.kill()
+            shell.wait()

@@ -414,3 +414,14 @@ def test_allocated_bytes_refuses_what_is_not_a_profile() -> None:
         ),
     ):
         allocated_bytes([])
+
+
+def test_allocated_bytes_refuses_a_profile_run_without_profile_memory() -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    from pytorch_memo.profiling import allocated_bytes
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.ones(1000)
+    with pytest.raises(ValueError, match="prof must be run with profile_memory=True"):
+        allocated_bytes(prof)
