@@ -317,6 +317,16 @@ def _objects(memo: dict[Spec, Any]) -> dict[str, Callable[[], Any]]:
             torch.ones(50).sum()
         return prof.key_averages()
 
+    def memory_profile() -> Any:
+        with profile(profile_memory=True, acc_events=True) as prof:
+            torch.ones(50).sum()
+        return prof
+
+    def time_profile() -> Any:  # no profile_memory: allocated_bytes refuses it
+        with profile(acc_events=True) as prof:
+            torch.ones(50).sum()
+        return prof
+
     def raising() -> None:
         raise CallerError("from the caller's callable")
 
@@ -341,6 +351,8 @@ def _objects(memo: dict[Spec, Any]) -> dict[str, Callable[[], Any]]:
         "fn_raises": lambda: raising,
         "fn_args": lambda: lambda x: x,  # needs an argument: calling it fails
         "averages": averages,
+        "memory_profile": memory_profile,
+        "time_profile": time_profile,
         "graph": lambda: autograd_graph(build(Spec("tensor", "grad_result"), memo)),
         "sgd": sgd,
         "adam_other": lambda: torch.optim.Adam(nn_other().parameters()),

@@ -575,6 +575,9 @@ REGISTRY: dict[str, Entry | str] = {
     "profiling.plot_self_cpu_time": Entry(
         calls([AVERAGES], {"top": A([1, 3], [0, *INTS]), "ax": AX})
     ),
+    "profiling.allocated_bytes": Entry(
+        calls([A(O("memory_profile"), [*O("time_profile", "averages"), *GARBAGE])])
+    ),
     "profiling.MemoryPeak": RESULT,
     "profiling.MemoryReport": RESULT,
     "profiling.ParameterCount": RESULT,
