@@ -203,46 +203,32 @@ def _check_args(args: tuple[Any, ...]) -> None:
     inheritance") is left to it.
     """
     for i, value in enumerate(args):
-        recorder = _ArgumentRecorder(_Discard())
+        expected = f"args[{i}] must be an object that pickle can send to another process"
         try:
-            recorder.dump(value)
-        except (pickle.PicklingError, AttributeError, TypeError) as error:
-            msg = (
-                f"args[{i}] must be an object that pickle can send to another process, "
-                f"got {_shown(value)} ({error})"
-            )
-            raise TypeError(msg) from None
+            _dump_or_refuse(_ArgumentRecorder(_Discard()), value, expected, _shown(value))
         except RuntimeError:  # shared by inheritance only: multiprocessing's to send
             continue
-        obj = _unimportable(recorder)
-        if obj is not None:
-            msg = (
-                f"args[{i}] must be an object that pickle can send to another process, "
-                f"got {_shown(value)}: {obj.__qualname__!r} {_FILELESS_MAIN}"
-            )
-            raise TypeError(msg)
+
+
+def _dump_or_refuse(recorder: _Recorder, value: Any, expected: str, shown: str) -> None:
+    """Pickle ``value`` with ``recorder``, or raise ``TypeError("{expected}, got {shown}
+    ...")`` when pickle refuses it or it refers to a ``__main__`` that started processes
+    cannot import."""
+    try:
+        recorder.dump(value)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        raise TypeError(f"{expected}, got {shown} ({error})") from None
+    obj = _unimportable(recorder)
+    if obj is not None:
+        raise TypeError(f"{expected}, got {shown}: {obj.__qualname__!r} {_FILELESS_MAIN}")
 
 
 def _pickled_worker(worker: Callable[..., Any]) -> bytes:
     """``worker`` pickled for the started processes, or a TypeError for one that pickle
     refuses or that refers to a ``__main__`` they cannot import."""
     buffer = io.BytesIO()
-    recorder = _Recorder(buffer)
-    try:
-        recorder.dump(worker)
-    except (pickle.PicklingError, AttributeError, TypeError) as error:
-        msg = (
-            f"worker must be a module-level function that pickle can send to another "
-            f"process, got {worker!r} ({error})"
-        )
-        raise TypeError(msg) from None
-    obj = _unimportable(recorder)
-    if obj is not None:
-        msg = (
-            f"worker must be a module-level function that pickle can send to another "
-            f"process, got {worker!r}: {obj.__qualname__!r} {_FILELESS_MAIN}"
-        )
-        raise TypeError(msg)
+    expected = "worker must be a module-level function that pickle can send to another process"
+    _dump_or_refuse(_Recorder(buffer), worker, expected, repr(worker))
     return buffer.getvalue()
 
 
