@@ -13,7 +13,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Self
 
 import torch
@@ -32,6 +32,7 @@ __all__ = [
     "stop_at_nonfinite",
 ]
 
+_TORCH_DIR = torch.__file__.rsplit("__init__.py", 1)[0]  # torch's own wrappers
 MAX_ROWS = 10_000
 """The most module calls one forward pass lists; later calls are counted, not listed."""
 MODEL = "(model)"
@@ -300,23 +301,28 @@ class NonFiniteWatch:
     def _name(self, module: nn.Module) -> str:
         return self._names.get(id(module), type(module).__name__)
 
-    def _forward_running(self) -> bool:
+    def _forward_caller_level(self, frame: FrameType | None) -> int | None:
         """Whether the watched model's own ``forward`` is running, called directly
-        (``model.forward(x)``: none of the model's own hooks run)."""
+        (``model.forward(x)``: none of the model's own hooks run): then the stack level,
+        counting ``frame`` as 1, of the code that called it (past torch's own wrappers
+        such as ``@torch.no_grad()``), else ``None``."""
         forward = getattr(type(self._model), "forward", None)
         if forward is None:
-            return False
+            return None
         # a decorated forward (``@torch.no_grad()``, any functools.wraps): the frame
         # that runs its body has the code of the function it wraps
         codes = {getattr(f, "__code__", None) for f in (forward, inspect.unwrap(forward))}
         codes.discard(None)
-        frame = inspect.currentframe()
+        level = 1
         try:
             while frame is not None:
                 if frame.f_code in codes and frame.f_locals.get("self") is self._model:
-                    return True
-                frame = frame.f_back
-            return False
+                    frame, level = frame.f_back, level + 1
+                    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
+                        frame, level = frame.f_back, level + 1
+                    return level
+                frame, level = frame.f_back, level + 1
+            return None
         finally:
             del frame
 
@@ -343,15 +349,16 @@ class NonFiniteWatch:
             self._dropped = 0
         if not self._running:
             self._rows_of_model = not outside
-        by_forward = outside and self._forward_running()
-        if by_forward and not self._warned:
+        level = self._forward_caller_level(inspect.currentframe()) if outside else None
+        by_forward = level is not None
+        if level is not None and not self._warned:
             self._warned = True
             warnings.warn(
                 f"stop_at_nonfinite: the watched model ({type(self._model).__name__}) runs as "
                 "`model.forward(x)`, which runs none of its own hooks: its layers are "
                 "checked, its own code is not; call the model, `model(x)`",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=level,  # the line that called model.forward(x)
             )
         inputs = _counted(args, "args") + _counted(kwargs, "kwargs") if self._check_inputs else []
         for where, count in inputs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import pickle
 import warnings
@@ -485,6 +486,25 @@ def test_a_decorated_forward_run_directly_is_still_seen() -> None:
     ):
         model.forward(-torch.ones(2))
     assert "its own code may have made them" in str(stopped_at.value)
+
+
+def test_the_forward_warning_points_at_the_line_that_called_model_forward() -> None:
+    """The warning is about the caller's ``model.forward(x)``: its file and line are
+    that call's, not a line inside torch's module machinery (also through a torch
+    decorator such as ``@torch.no_grad()``)."""
+
+    class Decorated(LogBetween):
+        @torch.no_grad()
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x)
+
+    for model in (LogBetween(), Decorated()):
+        with warnings.catch_warnings(record=True) as caught, stop_at_nonfinite(model):
+            warnings.simplefilter("always")
+            line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+            model.forward(torch.ones(2))
+        assert len(caught) == 1, type(model).__name__
+        assert (caught[0].filename, caught[0].lineno) == (__file__, line), type(model)
 
 
 def test_a_model_run_by_its_forward_keeps_the_latest_rows(
