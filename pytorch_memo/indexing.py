@@ -483,13 +483,34 @@ def _check_floating(name: str, tensor: torch.Tensor, like: torch.Tensor | None) 
         raise ValueError(msg)
 
 
+def _padding_of(
+    padding: str, stride: tuple[int, int], dilation: tuple[int, int], kernel: tuple[int, int]
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``padding="same"`` or ``"valid"`` as ``F.conv2d`` reads it: the zeros on each
+    side (rows, columns) and the extra zero after (right, bottom) where ``"same"`` needs
+    an odd number."""
+    if padding == "valid":
+        return (0, 0), (0, 0)
+    if padding != "same":
+        msg = f"padding must be an int, a pair of ints, 'same' or 'valid', got {padding!r}"
+        raise ValueError(msg)
+    if stride != (1, 1):
+        msg = (
+            "padding='same' needs stride 1 (F.conv2d refuses it for strided "
+            f"convolutions), got stride {stride}"
+        )
+        raise ValueError(msg)
+    total = [dilation[i] * (kernel[i] - 1) for i in (0, 1)]
+    return (total[0] // 2, total[1] // 2), (total[0] % 2, total[1] % 2)
+
+
 def conv2d_as_matmul(
     input: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
     stride: int | Sequence[int] = 1,
-    padding: int | Sequence[int] = 0,
+    padding: int | Sequence[int] | str = 0,
     dilation: int | Sequence[int] = 1,
 ) -> torch.Tensor:
     """``F.conv2d`` computed as ``unfold`` + matrix multiply + ``view``.
@@ -510,7 +531,10 @@ def conv2d_as_matmul(
             (``kh`` and ``kw`` may be 0 only where ``C = 0``, as for ``F.conv2d``).
         bias: an optional ``(O,)`` tensor.
         stride: the step between receptive fields, >= 1.
-        padding: zeros added on each side, >= 0.
+        padding: zeros added on each side, >= 0; or ``"valid"`` (none) or ``"same"``
+            (an output as large as the input, stride 1 only; where the dilated kernel
+            needs an odd number of zeros, the extra one goes after: right, bottom), as
+            ``F.conv2d`` takes them.
         dilation: the spacing of the kernel's taps, >= 1.
             Each of these three is taken as ``F.conv2d`` takes it (torch 2.8 to 2.15):
             an int or a NumPy integer, or a pair (rows, columns) given as a tuple or
@@ -520,7 +544,7 @@ def conv2d_as_matmul(
             and, after the first, a bool (0 or 1); from torch 2.10 a one-element integer
             or bool tensor may stand alone. A bool alone or first, a ``range`` or another
             sequence and floats are refused, as ``F.conv2d`` refuses them; so are
-            strings, although ``F.conv2d`` takes ``padding="same"`` and ``"valid"``.
+            strings, but for ``padding="same"`` and ``"valid"``.
 
     Returns:
         A ``(N, O, H_out, W_out)`` tensor equal (up to rounding) to
@@ -533,7 +557,9 @@ def conv2d_as_matmul(
         ValueError: wrong numbers of dimensions, channels or bias size that do not
             match, a weight with no output channel or (with ``C >= 1``) an empty
             kernel, an input with an empty height or width (and ``N, C >= 1``),
-            dtypes or devices that differ, options out of range, a kernel larger than
+            dtypes or devices that differ, options out of range, a padding string other
+            than ``"same"`` and ``"valid"``, ``"same"`` with a stride other than 1, a
+            kernel larger than
             the padded input, or an unfolded matrix of more than :data:`MAX_UNFOLDED`
             values.
 
@@ -579,8 +605,14 @@ def conv2d_as_matmul(
             msg = f"bias must have shape ({o},) (one value per output channel), got {tuple(bias.shape)}"
             raise ValueError(msg)
     s = _pair("stride", stride, minimum=1)
-    p = _pair("padding", padding, minimum=0)
     d = _pair("dilation", dilation, minimum=1)
+    if isinstance(padding, str):
+        p, after = _padding_of(padding, s, d, (kh, kw))
+        if any(after):  # F.conv2d pads a copy of the input the same way
+            input = F.pad(input, (0, after[1], 0, after[0]))
+            h, w = input.shape[2:]
+    else:
+        p = _pair("padding", padding, minimum=0)
     h_out = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
     w_out = (w + 2 * p[1] - d[1] * (kw - 1) - 1) // s[1] + 1
     if h_out < 1 or w_out < 1:

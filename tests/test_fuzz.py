@@ -403,7 +403,7 @@ REGISTRY: dict[str, Entry | str] = {
             {
                 "bias": A([None, *T("bias3")], [*T("zeros", "ints", "meta_small"), 3]),
                 "stride": A([1, 2, (1, 2)], [(1, 0), (1, 2, 3), 2**62, *INTS]),
-                "padding": A([0, 1, (2, 0)], [2**62, (0, -1), *INTS]),
+                "padding": A([0, 1, (2, 0), "same", "valid"], [2**62, (0, -1), "SAME", *INTS]),
                 "dilation": A([1, 2, (1, 3)], [(0, 1), *INTS]),
             },
         )

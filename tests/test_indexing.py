@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -779,3 +780,69 @@ def test_conv2d_as_matmul_without_channels_allocates_nothing() -> None:
     expected = F.conv2d(x, weight, bias, padding=2**20)
     got = conv2d_as_matmul(x, weight, bias, padding=2**20)
     assert got.shape == expected.shape == (2, 0, 6 + 2**21 - 2, 7 + 2**21 - 2)
+
+
+@pytest.mark.parametrize("padding", ["same", "valid", np.str_("same")])
+@pytest.mark.parametrize(
+    ("kernel", "options"),
+    [
+        ((2, 3), {}),
+        ((3, 3), {}),
+        ((2, 2), {"dilation": (1, 2)}),
+        ((3, 2), {"dilation": 2}),
+        ((1, 1), {}),
+    ],
+)
+def test_conv2d_as_matmul_takes_same_and_valid_padding_as_conv2d_does(
+    padding: str, kernel: tuple[int, int], options: dict[str, Any]
+) -> None:
+    # before: a string padding was refused, although F.conv2d takes "same" (the extra
+    # zero of an even kernel goes after: right and bottom) and "valid" (no padding)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 6, 7, dtype=torch.float64, generator=gen, requires_grad=True)
+    weight = torch.randn(4, 3, *kernel, dtype=torch.float64, generator=gen)
+    bias = torch.randn(4, dtype=torch.float64, generator=gen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: "same" with an even kernel copies
+        expected = F.conv2d(x, weight, bias, padding=padding, **options)
+    got = conv2d_as_matmul(x, weight, bias, padding=padding, **options)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected)
+    (grad,) = torch.autograd.grad(got.sum(), x)
+    torch.testing.assert_close(grad, torch.autograd.grad(expected.sum(), x)[0])
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 6, 7), (2, 0, 6, 7), (1, 3, 1, 1)])
+def test_conv2d_as_matmul_same_padding_on_small_and_empty_inputs(
+    shape: tuple[int, ...],
+) -> None:
+    x = torch.randn(*shape)
+    weight = torch.randn(4, shape[1], 2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = F.conv2d(x, weight, padding="same")
+    got = conv2d_as_matmul(x, weight, padding="same")
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"padding": "SAME"}, (r"^padding must be an int, a pair of ints, 'same' or 'valid', "
+         r"got 'SAME'$")),
+        ({"padding": "same "}, r"^padding must be .* got 'same '$"),
+        ({"padding": ""}, r"^padding must be .* got ''$"),
+        ({"padding": "same", "stride": 2}, (r"^padding='same' needs stride 1 \(F\.conv2d "
+         r"refuses it for strided convolutions\), got stride \(2, 2\)$")),
+        ({"padding": "same", "stride": (1, 2)}, r"got stride \(1, 2\)$"),
+    ],
+)  # fmt: skip
+def test_conv2d_as_matmul_refuses_the_padding_strings_conv2d_refuses(
+    options: dict[str, Any], match: str
+) -> None:
+    x, weight = torch.randn(1, 2, 6, 7), torch.randn(3, 2, 2, 3)
+    with pytest.raises(RuntimeError):
+        F.conv2d(x, weight, **options)
+    with pytest.raises(ValueError, match=match):
+        conv2d_as_matmul(x, weight, **options)
