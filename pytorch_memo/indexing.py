@@ -426,7 +426,9 @@ def _tensor_int(name: str, value: torch.Tensor, *, bools: bool) -> int:
     return int(value.item())
 
 
-def _pair(name: str, value: object, *, minimum: int) -> tuple[int, int]:
+def _pair(
+    name: str, value: object, *, minimum: int, accepted: str = "an int or a pair of ints"
+) -> tuple[int, int]:
     """``value`` as (rows, columns), as ``F.conv2d`` takes it (torch 2.8 to 2.15).
 
     An int or a NumPy integer (not a bool), or a tuple or list of one or two elements
@@ -462,10 +464,7 @@ def _pair(name: str, value: object, *, minimum: int) -> tuple[int, int]:
             if isinstance(value, torch.Tensor)
             else ""
         )
-        msg = (
-            f"{name} must be an int or a pair of ints, got {type(value).__name__}: "
-            f"{_shown(value)}{hint}"
-        )
+        msg = f"{name} must be {accepted}, got {type(value).__name__}: {_shown(value)}{hint}"
         raise TypeError(msg)
     check_int(name, single, minimum=minimum, maximum=MAX_CONV_OPTION)
     return single, single
@@ -483,6 +482,10 @@ def _check_floating(name: str, tensor: torch.Tensor, like: torch.Tensor | None) 
         raise ValueError(msg)
 
 
+_PADDINGS = "an int, a pair of ints, 'same' or 'valid'"
+"""What ``conv2d_as_matmul`` takes as ``padding``, as its errors say."""
+
+
 def _padding_of(
     padding: str, stride: tuple[int, int], dilation: tuple[int, int], kernel: tuple[int, int]
 ) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -492,7 +495,7 @@ def _padding_of(
     if padding == "valid":
         return (0, 0), (0, 0)
     if padding != "same":
-        msg = f"padding must be an int, a pair of ints, 'same' or 'valid', got {padding!r}"
+        msg = f"padding must be {_PADDINGS}, got {padding!r}"
         raise ValueError(msg)
     if stride != (1, 1):
         msg = (
@@ -544,7 +547,8 @@ def conv2d_as_matmul(
             and, after the first, a bool (0 or 1); from torch 2.10 a one-element integer
             or bool tensor may stand alone. A bool alone or first, a ``range`` or another
             sequence and floats are refused, as ``F.conv2d`` refuses them; so are
-            strings, but for ``padding="same"`` and ``"valid"``.
+            strings, but for ``padding="same"`` and ``"valid"`` (bytes such as
+            ``b"same"``, which ``F.conv2d`` also takes, are refused).
 
     Returns:
         A ``(N, O, H_out, W_out)`` tensor equal (up to rounding) to
@@ -606,19 +610,18 @@ def conv2d_as_matmul(
             raise ValueError(msg)
     s = _pair("stride", stride, minimum=1)
     d = _pair("dilation", dilation, minimum=1)
+    after = (0, 0)  # the extra zero after (bottom, right) of an odd "same" padding
     if isinstance(padding, str):
         p, after = _padding_of(padding, s, d, (kh, kw))
-        if any(after):  # F.conv2d pads a copy of the input the same way
-            input = F.pad(input, (0, after[1], 0, after[0]))
-            h, w = input.shape[2:]
     else:
-        p = _pair("padding", padding, minimum=0)
-    h_out = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
-    w_out = (w + 2 * p[1] - d[1] * (kw - 1) - 1) // s[1] + 1
+        p = _pair("padding", padding, minimum=0, accepted=_PADDINGS)
+    padded = (h + 2 * p[0] + after[0], w + 2 * p[1] + after[1])
+    h_out = (padded[0] - d[0] * (kh - 1) - 1) // s[0] + 1
+    w_out = (padded[1] - d[1] * (kw - 1) - 1) // s[1] + 1
     if h_out < 1 or w_out < 1:
         msg = (
             f"weight's dilated kernel ({d[0] * (kh - 1) + 1}, {d[1] * (kw - 1) + 1}) must fit "
-            f"in the padded input ({h + 2 * p[0]}, {w + 2 * p[1]})"
+            f"in the padded input {padded}"
         )
         raise ValueError(msg)
     if n and c and (h == 0 or w == 0):
@@ -631,6 +634,9 @@ def conv2d_as_matmul(
         "the unfolded input", n * c * kh * kw * h_out * w_out, limit=MAX_UNFOLDED,
         what="values", work="unfold copies every receptive field into a column",
     )  # fmt: skip
+    if any(after):  # F.conv2d pads a copy of the input the same way
+        input = F.pad(input, (0, after[1], 0, after[0]))
+        h, w = input.shape[2:]
     if input.numel():
         columns = F.unfold(input, (kh, kw), dilation=d, padding=p, stride=s)  # (N, C*kh*kw, L)
     else:  # N = 0 or C = 0: no values to unfold (and unfold refuses); the sum keeps autograd

@@ -846,3 +846,39 @@ def test_conv2d_as_matmul_refuses_the_padding_strings_conv2d_refuses(
         F.conv2d(x, weight, **options)
     with pytest.raises(ValueError, match=match):
         conv2d_as_matmul(x, weight, **options)
+
+
+@pytest.mark.parametrize(
+    ("padding", "shown"),
+    [(None, "NoneType: None"), (1.5, "float: 1.5"), (b"same", "bytes: b'same'")],
+)
+def test_conv2d_as_matmul_names_the_padding_strings_when_refusing_a_padding(
+    padding: object, shown: str
+) -> None:
+    # before: "padding must be an int or a pair of ints", without the strings it takes
+    x, weight = torch.randn(1, 2, 6, 7), torch.randn(3, 2, 2, 3)
+    with pytest.raises(
+        TypeError, match=rf"^padding must be an int, a pair of ints, 'same' or 'valid', got {shown}"
+    ):
+        conv2d_as_matmul(x, weight, padding=padding)  # type: ignore[arg-type]
+
+
+def test_conv2d_as_matmul_same_padding_refuses_before_copying_the_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # before: the input was padded (a copy of its size) before the size limit refused
+    copied: list[int] = []
+    pad = F.pad
+
+    def spy(input: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        copied.append(input.numel())
+        return pad(input, *args, **kwargs)
+
+    monkeypatch.setattr(F, "pad", spy)
+    monkeypatch.setattr("pytorch_memo.indexing.MAX_UNFOLDED", 100)
+    x, weight = torch.zeros(1, 1, 20, 20), torch.zeros(1, 1, 2, 2)
+    with pytest.raises(ValueError, match="the unfolded input has"):
+        conv2d_as_matmul(x, weight, padding="same")
+    assert copied == []
+    conv2d_as_matmul(torch.zeros(1, 1, 4, 4), weight, padding="same")
+    assert copied == [16]  # the spy sees the copy when the call goes ahead
